@@ -1,0 +1,10 @@
+"""The course's helpers: ``import helpers`` first in every notebook.
+
+Importing decides GPU or CPU mode (:mod:`helpers.runtime`) before any kernel exists.
+"""
+
+from . import runtime  # noqa: I001  -- must run before anything that defines a kernel
+from .runtime import MODE, device, is_cpu, is_gpu, pick_size, report
+from .show import show
+
+__all__ = ["MODE", "device", "is_cpu", "is_gpu", "pick_size", "report", "show", "runtime"]

@@ -1,0 +1,212 @@
+"""Timing kernels on a GPU, and turning times into GB/s, TFLOP/s and fractions of peak.
+
+Three rules, each a lesson learned the hard way:
+
+* **Warm up.** The first call of a Triton kernel compiles it; the first cuBLAS call
+  picks an algorithm. Time only what follows.
+* **Take the median of many runs.** GPU launches are asynchronous and clocks vary;
+  the median ignores the odd slow run that a mean would absorb.
+* **Start each run with a cold L2.** Repeating a kernel on the same 40 MB of inputs
+  would otherwise time the 50 MB L2 cache, not HBM. ``triton.testing.do_bench`` writes
+  a 256 MB buffer between runs, which evicts everything.
+
+Timing is refused in CPU mode (:class:`~helpers.runtime.NeedsGPUError`): the
+interpreter's speed says nothing about a GPU. Notebooks show recorded runs instead
+(:mod:`helpers.records`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import runtime
+
+
+def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """Median time of ``fn()`` in milliseconds, after warm-up, each run with a cold L2."""
+    runtime.require_gpu("timing a kernel")
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def gbps(nbytes: float, ms: float) -> float:
+    """Bytes moved in ``ms`` milliseconds as GB/s (10^9 bytes per second)."""
+    _check_time(ms)
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def tflops(flops: float, ms: float) -> float:
+    """FLOPs done in ``ms`` milliseconds as TFLOP/s (10^12 per second)."""
+    _check_time(ms)
+    return flops / (ms * 1e-3) / 1e12
+
+
+def fraction_of_peak(achieved: float, peak: float) -> float:
+    """``achieved / peak``, both in the same unit (GB/s with GB/s, TFLOP/s with TFLOP/s)."""
+    if peak <= 0:
+        raise ValueError(f"peak must be positive, got {peak}")
+    return achieved / peak
+
+
+def _check_time(ms: float) -> None:
+    if not ms > 0:
+        raise ValueError(f"a time must be positive milliseconds, got {ms!r}")
+
+
+def intensity(flops: float, nbytes: float) -> float:
+    """Arithmetic intensity: FLOPs per byte moved to or from DRAM."""
+    if nbytes <= 0:
+        raise ValueError(f"bytes moved must be positive, got {nbytes}")
+    return flops / nbytes
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One implementation timed once (median), with the work it does."""
+
+    name: str
+    ms: float
+    nbytes: float = 0.0
+    flops: float = 0.0
+
+    @property
+    def gbps(self) -> float:
+        return gbps(self.nbytes, self.ms)
+
+    @property
+    def tflops(self) -> float:
+        return tflops(self.flops, self.ms)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "ms": self.ms, "bytes": self.nbytes, "flops": self.flops}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Measurement":
+        return cls(name=d["name"], ms=d["ms"], nbytes=d.get("bytes", 0.0), flops=d.get("flops", 0.0))
+
+
+@dataclass
+class Comparison:
+    """Several implementations of one op, timed side by side in one process.
+
+    ``baseline`` names the row the ratios are taken against (usually PyTorch).
+    ``peak_gbps`` / ``peak_tflops`` turn rates into fractions of the device's peak.
+    ``source`` says where the numbers came from ("measured on ..." or a record label).
+    """
+
+    title: str
+    rows: list[Measurement]
+    baseline: str
+    peak_gbps: float | None = None
+    peak_tflops: float | None = None
+    source: str = ""
+
+    def __post_init__(self):
+        names = [r.name for r in self.rows]
+        if self.baseline not in names:
+            raise ValueError(f"baseline {self.baseline!r} is not one of the rows {names}")
+
+    def row(self, name: str) -> Measurement:
+        for r in self.rows:
+            if r.name == name:
+                return r
+        raise KeyError(f"no row named {name!r}; rows: {[r.name for r in self.rows]}")
+
+    def speedup(self, name: str) -> float:
+        """How many times faster ``name`` runs than the baseline."""
+        return self.row(self.baseline).ms / self.row(name).ms
+
+    def table(self) -> list[dict]:
+        out = []
+        for r in self.rows:
+            entry = {"implementation": r.name, "time (ms)": r.ms,
+                     f"speed-up vs {self.baseline}": self.speedup(r.name)}
+            if r.nbytes:
+                entry["GB/s"] = r.gbps
+                if self.peak_gbps:
+                    entry["% of peak GB/s"] = 100 * fraction_of_peak(r.gbps, self.peak_gbps)
+            if r.flops:
+                entry["TFLOP/s"] = r.tflops
+                if self.peak_tflops:
+                    entry["% of peak TFLOP/s"] = 100 * fraction_of_peak(r.tflops, self.peak_tflops)
+            out.append(entry)
+        return out
+
+    def to_text(self) -> str:
+        rows = self.table()
+        cols = list(dict.fromkeys(k for row in rows for k in row))
+        cells = [[_fmt(row.get(c, "")) for c in cols] for row in rows]
+        widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+        line = lambda vals: "  ".join(v.rjust(w) if i else v.ljust(w)  # noqa: E731
+                                      for i, (v, w) in enumerate(zip(vals, widths)))
+        text = [self.title, line(cols), line(["-" * w for w in widths])]
+        text += [line(r) for r in cells]
+        if self.source:
+            text.append(f"({self.source})")
+        return "\n".join(text)
+
+    def __repr__(self) -> str:
+        return self.to_text()
+
+    def _repr_html_(self) -> str:
+        rows = self.table()
+        cols = list(dict.fromkeys(k for row in rows for k in row))
+        head = "".join(f"<th>{c}</th>" for c in cols)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{_fmt(row.get(c, ''))}</td>" for c in cols) + "</tr>"
+            for row in rows
+        )
+        caption = f"<caption>{self.title}</caption>"
+        note = f"<p><em>{self.source}</em></p>" if self.source else ""
+        return f"<table>{caption}<tr>{head}</tr>{body}</table>{note}"
+
+    def as_dict(self) -> dict:
+        return {"title": self.title, "baseline": self.baseline, "peak_gbps": self.peak_gbps,
+                "peak_tflops": self.peak_tflops, "rows": [r.as_dict() for r in self.rows]}
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "") -> "Comparison":
+        return cls(title=d["title"], rows=[Measurement.from_dict(r) for r in d["rows"]],
+                   baseline=d["baseline"], peak_gbps=d.get("peak_gbps"),
+                   peak_tflops=d.get("peak_tflops"), source=source)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def compare(
+    title: str,
+    implementations: dict[str, Callable[[], object]],
+    *,
+    baseline: str,
+    nbytes: float = 0.0,
+    flops: float = 0.0,
+    gpu=None,
+    dtype=None,
+) -> Comparison:
+    """Time every implementation in this process, one after the other, and tabulate.
+
+    All of them do the same work (``nbytes`` moved, ``flops`` done), so the ratios are
+    ratios of time. ``gpu`` (a :class:`~helpers.hardware.GPUSpec`, default: the current
+    one) and ``dtype`` give the peaks for the "% of peak" columns.
+    """
+    runtime.require_gpu("comparing implementations")
+    from . import hardware
+
+    gpu = gpu or hardware.current_gpu()
+    rows = [Measurement(name, time_ms(fn), nbytes, flops) for name, fn in implementations.items()]
+    import torch
+
+    return Comparison(
+        title=title,
+        rows=rows,
+        baseline=baseline,
+        peak_gbps=gpu.hbm_bandwidth_gbs if gpu else None,
+        peak_tflops=gpu.peak(dtype) if (gpu and dtype is not None and flops) else None,
+        source=f"measured now on {torch.cuda.get_device_name()}",
+    )

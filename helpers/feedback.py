@@ -1,0 +1,108 @@
+"""Immediate feedback for exercises: what is wrong, on which input, by how much.
+
+Every ``check_*`` function in the course returns a :class:`Feedback`. In a notebook it
+prints one line (a tick or a cross, the part, the reason); the grader reads
+``passed`` and ``message`` from the same object, so the learner and the gradebook
+always agree.
+
+:func:`check_number` knows the classic slips of napkin math: a value that matches a
+*known mistake* (bits for bytes, forgetting the write of the output, GB versus GiB)
+gets a message that names the mistake rather than a bare "wrong".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feedback:
+    part: str
+    passed: bool
+    message: str
+    status: str = ""  # "", "not implemented", "needs a GPU", "error"
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        mark = "✔" if self.passed else ("…" if self.status == "needs a GPU" else "✘")
+        return f"{mark} {self.part}: {self.message}"
+
+    __repr__ = __str__
+
+
+def not_implemented(part: str) -> Feedback:
+    return Feedback(part, False, "not implemented yet: replace the `raise NotImplementedError` "
+                    "with your code", status="not implemented")
+
+
+def needs_gpu(part: str) -> Feedback:
+    return Feedback(part, False, "needs a GPU: this part is graded on a GPU and costs no "
+                    "points in CPU mode", status="needs a GPU")
+
+
+def _close(a: float, b: float, rel: float) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0) or (a == b)
+
+
+def check_number(part: str, got, expected: float, *, rel: float = 0.02, unit: str = "",
+                 mistakes: list[tuple[float, str]] = (), hint: str = "") -> Feedback:
+    """Accept ``got`` within ``rel`` (relative) of ``expected``.
+
+    ``mistakes`` lists ``(value, description)`` pairs: a ``got`` close to one of those
+    values gets the description ("you counted bits, not bytes") in its message.
+    """
+    u = f" {unit}" if unit else ""
+    if got is None or got is Ellipsis:
+        return Feedback(part, False, f"no answer yet: set it to a number in{u or ' the stated unit'}",
+                        status="not implemented")
+    if isinstance(got, bool) or not isinstance(got, (int, float)) and not hasattr(got, "__float__"):
+        return Feedback(part, False, f"expected a number{u}, got {type(got).__name__} {got!r}")
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        return Feedback(part, False, f"expected a single number{u}, got {got!r}")
+    if math.isnan(value) or math.isinf(value):
+        return Feedback(part, False, f"got {value}; expected a finite number{u}")
+    if _close(value, expected, rel):
+        return Feedback(part, True, f"{value:.4g}{u} is right")
+    for wrong, description in mistakes:
+        if _close(value, wrong, rel):
+            return Feedback(part, False, f"{value:.4g}{u} is what you get if {description}; "
+                            f"expected {expected:.4g}{u}")
+    off = (value - expected) / expected if expected else float("inf")
+    ratio = value / expected if expected else float("inf")
+    scale = ""
+    for factor, name in ((8, "8 (bits vs bytes?)"), (1e3, "1000 (a unit prefix?)"),
+                         (1e6, "a million (a unit prefix?)"), (1e9, "a billion (a unit prefix?)"),
+                         (1024**3 / 1e9, "1.074 (GiB vs GB?)")):
+        for r, word in ((factor, "times"), (1 / factor, "divided by")):
+            if _close(ratio, r, rel):
+                scale = f" Your answer is the expected one {word} {name}"
+    text = (f"{value:.4g}{u} is off by {off:+.1%} (expected {expected:.4g}{u}, "
+            f"tolerance {rel:.0%}).{scale}")
+    if hint:
+        text += f" Hint: {hint}"
+    return Feedback(part, False, text)
+
+
+def check_choice(part: str, got, expected: str, options: tuple[str, ...],
+                 why: str = "") -> Feedback:
+    """One answer out of ``options`` (e.g. ``"memory"``, ``"compute"``, ``"latency"``)."""
+    if got is None or got is Ellipsis:
+        return Feedback(part, False, f"no answer yet: choose one of {options}", status="not implemented")
+    if not isinstance(got, str) or got.strip().lower() not in options:
+        return Feedback(part, False, f"answer with one of {options}, got {got!r}")
+    if got.strip().lower() == expected:
+        return Feedback(part, True, f"{expected!r} is right. {why}".strip())
+    return Feedback(part, False, f"{got!r} is not it. {why}".strip())
+
+
+def report(feedbacks: list[Feedback]) -> None:
+    """Print a list of feedback lines and a count."""
+    for fb in feedbacks:
+        print(fb)
+    passed = sum(fb.passed for fb in feedbacks)
+    print(f"{passed} of {len(feedbacks)} checks passed")

@@ -1,0 +1,7 @@
+"""Triton kernels, one module per topic, each read top to bottom like a lesson.
+
+A module holds: a pure-PyTorch reference (the spec), the Triton kernels from naive to
+best (``_v1``, ``_v2``, ...), a launcher that checks its inputs, allocates, picks the
+grid and launches, and the napkin math (``bytes_moved``, ``flops``) for the op.
+Kernels import only torch, triton and :mod:`helpers.runtime`.
+"""

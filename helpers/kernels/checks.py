@@ -1,0 +1,39 @@
+"""Input checks for launchers: a wrong tensor gets a message that says how to fix it.
+
+A Triton kernel trusts the pointers it is given. Handed a CPU tensor in GPU mode, a
+non-contiguous view, or the wrong dtype, it reads garbage or crashes the process, so
+every launcher checks first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import runtime
+
+
+def check_tensor(x, name: str, *, dtypes=None, ndim: int | None = None,
+                 contiguous: bool = True) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    want = runtime.device()
+    if x.device.type != want:
+        hint = ("in GPU mode, create it with device='cuda' (or call .cuda())" if want == "cuda"
+                else "in CPU mode (Triton's interpreter), keep it on the CPU: .cpu()")
+        raise ValueError(f"{name} is on {x.device}, but kernels run on {want}: {hint}. "
+                         "helpers.device() names the right device.")
+    if dtypes is not None and x.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} has dtype {str(x.dtype).replace('torch.', '')}; this kernel "
+                        f"takes {names}. Convert with .to(torch.float32), for example.")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(x.shape)}")
+    if contiguous and not x.is_contiguous():
+        raise ValueError(f"{name} is not contiguous (a transposed or sliced view); this kernel "
+                         "indexes it as one flat array. Pass {name}.contiguous().")
+
+
+def check_same_shape(a, b, names: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{names} must have the same shape, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
