@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -83,7 +84,8 @@ def provenance() -> dict:
 
     spec = hardware.current_gpu()
     props = torch.cuda.get_device_properties(0)
-    commit = _git("rev-parse", "HEAD")
+    # A copy of the tree without .git (a lent GPU machine, say) passes the commit in.
+    commit = _git("rev-parse", "HEAD") or os.environ.get("COURSE_GIT_COMMIT")
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "gpu": torch.cuda.get_device_name(),

@@ -1,0 +1,33 @@
+"""The syllabus in helpers, the notebooks on disk and the README agree."""
+
+import re
+from pathlib import Path
+
+from helpers.syllabus import LESSONS, ROOT
+
+
+def test_every_notebook_is_a_lesson_in_order():
+    on_disk = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    listed = [lesson.file for lesson in LESSONS]
+    assert set(on_disk) <= set(listed), f"notebooks not in helpers.syllabus: {set(on_disk) - set(listed)}"
+    assert listed == sorted(listed)
+
+
+def test_readme_lists_every_lesson():
+    readme = (ROOT / "README.md").read_text()
+    for lesson in LESSONS:
+        assert lesson.title in readme, f"README's syllabus lacks {lesson.title!r}"
+
+
+def test_readme_links_resolve():
+    readme = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)#]+)\)", readme):
+        if target.startswith("http"):
+            continue
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_readme_has_the_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert "./course lab" in readme and "./course test" in readme
+    assert "exec ./course test" in (ROOT / ".ci" / "run").read_text()
