@@ -85,8 +85,9 @@ def provenance() -> dict:
     spec = hardware.current_gpu()
     props = torch.cuda.get_device_properties(0)
     # A copy of the tree without .git (a lent GPU machine, say) passes the commit in.
-    commit = _git("rev-parse", "HEAD") or os.environ.get("COURSE_GIT_COMMIT")
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    commit = _git("rev-parse", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    commit = commit or os.environ.get("COURSE_GIT_COMMIT")
     return {
         "gpu": torch.cuda.get_device_name(),
         "gpu_key": spec.key if spec else props.name.replace(" ", "_"),
