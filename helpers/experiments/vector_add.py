@@ -1,0 +1,105 @@
+"""How close does a vector add get to the datasheet bandwidth? Measured, next to torch.add.
+
+Two sweeps, both fp16 and fp32, the course's Triton kernel and ``torch.add`` timed one
+after the other in this process (same inputs, same preallocated output):
+
+* **sizes**: 2^12 to 2^28 elements. Small vectors are latency-bound (a launch costs a
+  few microseconds whatever the size); from tens of MB up the time is bytes / bandwidth.
+* **block sizes** at the largest size: how many elements one program handles.
+
+Achieved bandwidth counts the bytes the op must move (read A, read B, write C), never
+what the hardware may move on top (ECC, refresh, partial cache lines).
+"""
+
+from __future__ import annotations
+
+from .. import bench, hardware
+from . import experiment
+
+SIZES = tuple(2**k for k in range(12, 29, 2))          # 4 Ki ... 256 Mi elements
+BLOCK_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
+DTYPES = ("fp16", "fp32")
+BIG = 2**28
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def time_pair(n: int, dtype: str, block_size: int | None = None, fn=None) -> dict:
+    """Time a vector add and ``torch.add`` on the same ``n``-element inputs, one after the other.
+
+    ``fn(a, b) -> c`` is the add to time (a learner's launcher, say); by default the
+    course's kernel writing into a preallocated ``c`` with ``block_size`` elements per
+    program. Each result is checked against ``a + b`` before anything is timed.
+    """
+    import torch
+
+    from ..kernels import vector_add as va
+
+    dt = _torch_dtype(dtype)
+    a = torch.randn(n, device="cuda", dtype=dt)
+    b = torch.randn(n, device="cuda", dtype=dt)
+    c = torch.empty_like(a)
+    block = block_size or va.DEFAULT_BLOCK_SIZE
+    if fn is None:
+        def fn(a, b):
+            return va.add(a, b, c, block_size=block)
+
+        def reference(a, b):
+            return torch.add(a, b, out=c)
+    else:
+        block = block_size
+
+        def reference(a, b):
+            return torch.add(a, b)
+    if not torch.equal(fn(a, b), a + b):
+        raise AssertionError(f"vector add is wrong at n={n}, {dtype}, block {block}")
+    nbytes = va.bytes_moved(n, dt)
+    triton_ms = bench.time_ms(lambda: fn(a, b))
+    torch_ms = bench.time_ms(lambda: reference(a, b))
+    return {"dtype": dtype, "n": n, "block_size": block, "bytes": nbytes,
+            "triton_ms": triton_ms, "torch_ms": torch_ms,
+            "triton_gbps": bench.gbps(nbytes, triton_ms), "torch_gbps": bench.gbps(nbytes, torch_ms)}
+
+
+def sweep(fn, sizes=SIZES, dtypes=DTYPES) -> list[dict]:
+    """``time_pair`` over sizes and dtypes for a launcher ``fn(a, b) -> c`` (GPU mode)."""
+    from .. import runtime
+
+    runtime.require_gpu("timing a vector add")
+    return [time_pair(n, dt, fn=fn) for dt in dtypes for n in sizes]
+
+
+@experiment("vector_add")
+def vector_add(sizes=SIZES, block_sizes=BLOCK_SIZES, dtypes=DTYPES, big: int = BIG) -> dict:
+    import torch
+
+    from ..kernels import vector_add as va
+
+    spec = hardware.current_gpu()
+    peak = spec.hbm_bandwidth_gbs if spec else None
+
+    def with_fractions(row: dict) -> dict:
+        if peak:
+            row["triton_fraction"] = row["triton_gbps"] / peak
+            row["torch_fraction"] = row["torch_gbps"] / peak
+        return row
+
+    by_size = [with_fractions(time_pair(n, dt)) for dt in dtypes for n in sizes]
+    by_block = [with_fractions(time_pair(big, dt, block)) for dt in dtypes for block in block_sizes]
+    torch.cuda.empty_cache()
+    out = {
+        "sizes": by_size,
+        "blocks": by_block,
+        "big_n": big,
+        "default_block_size": va.DEFAULT_BLOCK_SIZE,
+        # The practical ceiling of any streaming kernel on this GPU, for comparison.
+        "copy": hardware.measure_copy_bandwidth(),
+    }
+    if spec is not None:
+        out["table"] = {"key": spec.key, "name": spec.name, "hbm_bandwidth_gbs": peak,
+                        "peak_tflops": dict(spec.peak_tflops)}
+    return out

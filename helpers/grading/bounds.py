@@ -1,0 +1,414 @@
+"""Watching kernels run: which Triton kernels a call launched, and where they read and wrote.
+
+Two questions the checks must answer about a learner's launcher, whatever it prints:
+
+* **Did it launch a Triton kernel of its own?** ``return a + b`` gives the right answer
+  without any kernel. :func:`watch` records every launch (compiled or interpreted) while a
+  call runs, with the kernel's Python function, so a check can tell a kernel defined in the
+  notebook from the course's own or from none at all.
+
+* **Did the kernel stay inside its tensors?** On a GPU a load past the end of a tensor
+  usually returns whatever bytes live there (the caching allocator packs tensors into
+  large segments) and a store past the end silently overwrites a neighbour. Triton's
+  interpreter does the same on the CPU heap: it reads raw addresses, so an unmasked
+  kernel reads junk and its stores corrupt ``malloc``'s bookkeeping, which crashes the
+  process later, somewhere else. :func:`watch` (``guard=True``) puts a bounds check in the
+  interpreter's load and store: every address a program touches must lie inside the tensor
+  its pointer was computed from (``a_ptr + offsets`` belongs to ``a``, even where it runs
+  into a neighbouring tensor). An access outside is recorded (which program, which
+  operation, which tensor, which indices) and *not performed*, as if masked off, so the
+  kernel finishes, nothing is corrupted, and the check can say exactly what went wrong.
+
+In GPU mode the guard needs an interpreted kernel: :func:`interpreted` swaps a notebook's
+compiled kernels for interpreted twins while a check runs (tensors are copied to the host
+and back by the interpreter, so the guard sees exact-size host copies).
+
+This module patches Triton's interpreter, an internal API; every patch is undone when the
+``with`` block ends, and :func:`guard_available` says whether this Triton has the hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Violation:
+    """One load or store (of one program) that reached outside its tensor."""
+
+    op: str                 # "load" or "store"
+    program: tuple          # program id (x, y, z)
+    grid: tuple             # number of programs per axis
+    count: int              # how many lanes of this access were outside
+    arg: str                # the kernel argument the pointer came from
+    first_index: int        # element index of the first bad address, relative to `arg`
+    last_index: int
+    arg_numel: int
+
+    def describe(self) -> str:
+        where = (f"{self.arg}[{self.first_index}]" if self.first_index == self.last_index
+                 else f"{self.arg}[{self.first_index}:{self.last_index + 1}]")
+        side = "before the start" if self.first_index < 0 else "past the end"
+        pid = self.program[0] if self.grid[1:] == (1, 1) else self.program
+        return (f"program {pid} of {self.grid[0] if self.grid[1:] == (1, 1) else self.grid} "
+                f"{'read' if self.op == 'load' else 'wrote'} {where}, {side} of {self.arg} "
+                f"({self.arg_numel} elements)")
+
+
+@dataclass
+class Launch:
+    """One kernel launch: which kernel, its constexpr values, its tensors, what went wrong."""
+
+    fn: object                       # the kernel's Python function (under @triton.jit)
+    name: str
+    module: str
+    interpreted: bool
+    constexprs: dict = field(default_factory=dict)
+    tensor_ptrs: tuple = ()          # data_ptr() of every tensor argument, as passed
+    violations: list = field(default_factory=list)
+    ranges: list = field(default_factory=list, repr=False)  # set by the guard
+
+    def defined_in(self, namespace: dict) -> bool:
+        return getattr(self.fn, "__globals__", None) is namespace
+
+
+@dataclass
+class Log:
+    launches: list = field(default_factory=list)
+
+    @property
+    def violations(self) -> list:
+        return [v for launch in self.launches for v in launch.violations]
+
+
+_active: list[Log] = []          # logs of the `watch` blocks in force (innermost last)
+_current: list[Launch] = []      # the launch being interpreted right now
+
+
+def _kernel_fn(kernel):
+    """The Python function under @triton.jit (and under @triton.autotune, if any)."""
+    fn = kernel
+    while not inspect.isfunction(fn) and hasattr(fn, "fn"):
+        fn = fn.fn
+    return fn
+
+
+def _record(kernel, args, kwargs, interpreted: bool) -> Launch:
+    fn = _kernel_fn(kernel)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    is_constexpr = {p.name: "constexpr" in str(p.annotation) for p in params}
+    constexprs = {}
+    for name, value in list(zip([p.name for p in params], args)) + list(kwargs.items()):
+        if is_constexpr.get(name) and isinstance(value, int):
+            constexprs[name] = value
+    ptrs = tuple(a.data_ptr() for a in list(args) + list(kwargs.values()) if hasattr(a, "data_ptr"))
+    launch = Launch(fn=fn, name=getattr(fn, "__name__", repr(kernel)),
+                    module=getattr(fn, "__module__", "") or "", interpreted=interpreted,
+                    constexprs=constexprs, tensor_ptrs=ptrs)
+    for log in _active:
+        log.launches.append(launch)
+    return launch
+
+
+# ------------------------------------------------------------------------------------
+# The patches. Each wraps one function of Triton and is removed on exit.
+# ------------------------------------------------------------------------------------
+
+
+def _interpreter():
+    try:
+        from triton.runtime import interpreter
+    except ImportError:  # pragma: no cover - Triton always ships it
+        return None
+    return interpreter
+
+
+def guard_available() -> bool:
+    itp = _interpreter()
+    return (itp is not None and hasattr(itp, "interpreter_builder")
+            and hasattr(itp, "GridExecutor") and hasattr(itp.GridExecutor, "_init_args_hst")
+            and hasattr(itp.interpreter_builder, "create_masked_load"))
+
+
+def _ranges_of(executor, args_hst, kwargs_hst) -> list[tuple]:
+    """(name, start, end, itemsize, numel) of every tensor the interpreter will see."""
+    from triton.runtime.jit import TensorWrapper
+
+    names = list(getattr(executor, "arg_names", []))
+    pairs = list(zip(names, args_hst)) + list(kwargs_hst.items())
+    out = []
+    for name, arg in pairs:
+        tensor = arg.base if isinstance(arg, TensorWrapper) else arg
+        if not hasattr(tensor, "untyped_storage"):
+            continue
+        storage = tensor.untyped_storage()
+        start = storage.data_ptr()
+        out.append((name, start, start + storage.nbytes(), tensor.element_size(),
+                    tensor.numel(), tensor.data_ptr()))
+    return out
+
+
+def _home_of(launch, address: int):
+    """The tensor argument whose storage holds ``address`` (its data pointer first)."""
+    inside = [r for r in launch.ranges if r[1] <= address < r[2]]
+    exact = [r for r in inside if r[5] == address]
+    return (exact or inside or [None])[0]
+
+
+def _track_pointer(ptr, result):
+    """``ptr + offsets``: the result points into the same tensor as ``ptr`` does.
+
+    Pointer arithmetic keeps its origin: ``a_ptr + offsets`` belongs to ``a`` even where
+    it runs past ``a``'s end into a neighbouring tensor, which is exactly what a missing
+    mask does (the heap packs small tensors next to one another). The origin is decided
+    on the first addition, when ``ptr`` is still the tensor's own base address.
+    """
+    launch = _current[-1] if _current else None
+    if launch is None or not launch.ranges:
+        return result
+    home = ptr.attr.get(_HOME) if isinstance(getattr(ptr, "attr", None), dict) else None
+    if home is None:
+        home = _home_of(launch, int(np.asarray(ptr.data).min()))
+    if home is not None and isinstance(getattr(result, "attr", None), dict):
+        result.attr[_HOME] = home
+    return result
+
+
+_HOME = "course_bounds_home"
+
+
+def _check(op: str, ptrs, mask):
+    """Return ``mask`` with every out-of-bounds lane switched off; record what was off.
+
+    A lane is out of bounds when its address leaves the tensor its pointer came from, or,
+    for a pointer of unknown origin, when it lies in none of the launch's tensors.
+    """
+    launch = _current[-1] if _current else None
+    ranges = launch.ranges if launch is not None else None
+    if not ranges:
+        return mask
+    itp = _interpreter()
+    addr = np.asarray(ptrs.data).astype(np.uint64)
+    m = np.broadcast_to(np.asarray(mask.data, dtype=bool), addr.shape)
+    itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+    home = ptrs.attr.get(_HOME) if isinstance(getattr(ptrs, "attr", None), dict) else None
+    inside = np.zeros(addr.shape, dtype=bool)
+    for _, start, end, *_ in ([home] if home is not None else ranges):
+        inside |= (addr >= np.uint64(start)) & (addr + np.uint64(itemsize) <= np.uint64(end))
+    bad = m & ~inside
+    if not bad.any():
+        return mask
+    bad_addr = addr[bad].astype(np.int64)
+    first = int(bad_addr.min())
+    if home is None:
+        # Name the tensor the bad addresses belong to: the one starting just below them.
+        below = [r for r in ranges if r[5] <= first]
+        home = max(below, key=lambda r: r[5]) if below else min(ranges, key=lambda r: r[5])
+    name, _, _, size, numel, base = home
+    builder = itp.interpreter_builder
+    launch.violations.append(Violation(
+        op=op, program=tuple(int(i) for i in (builder.grid_idx or (0, 0, 0))),
+        grid=tuple(int(i) for i in (builder.grid_dim or (1, 1, 1))), count=int(bad.sum()),
+        arg=name, first_index=(first - base) // size,
+        last_index=(int(bad_addr.max()) - base) // size, arg_numel=numel))
+    return itp.TensorHandle(np.asarray(m & inside), mask.dtype)
+
+
+@contextlib.contextmanager
+def _patched(guard: bool):
+    import triton.runtime.jit as jit
+
+    itp = _interpreter()
+    undo = []
+
+    def patch(owner, name, make):
+        was_own = name in vars(owner)
+        original = vars(owner)[name] if was_own else getattr(owner, name)
+        setattr(owner, name, make(getattr(owner, name)))
+        undo.append((owner, name, original, was_own))
+
+    def wrap_jit_run(original):
+        def run(self, *args, grid, warmup, **kwargs):
+            if not warmup:
+                _record(self, args, kwargs, interpreted=False)
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        return run
+
+    def wrap_interp_run(original):
+        def run(self, *args, grid, warmup, **kwargs):
+            if warmup:
+                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            launch = _record(self, args, kwargs, interpreted=True)
+            _current.append(launch)
+            try:
+                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                _current.pop()
+        return run
+
+    def wrap_init_args(original):
+        def _init_args_hst(self, args_dev, kwargs):
+            args_hst, kwargs_hst = original(self, args_dev, kwargs)
+            if _current:
+                _current[-1].ranges = _ranges_of(self, args_hst, kwargs_hst)
+            return args_hst, kwargs_hst
+        return _init_args_hst
+
+    def wrap_load(original):
+        def create_masked_load(ptrs, mask, other, *rest):
+            return original(ptrs, _check("load", ptrs, mask), other, *rest)
+        return create_masked_load
+
+    def wrap_addptr(original):
+        def create_addptr(ptr, offset):
+            return _track_pointer(ptr, original(ptr, offset))
+        return create_addptr
+
+    def wrap_store(original):
+        def create_masked_store(ptrs, value, mask, *rest):
+            return original(ptrs, value, _check("store", ptrs, mask), *rest)
+        return create_masked_store
+
+    try:
+        patch(jit.JITFunction, "run", wrap_jit_run)
+        if itp is not None:
+            patch(itp.InterpretedFunction, "run", wrap_interp_run)
+        if guard and guard_available():
+            patch(itp.GridExecutor, "_init_args_hst", wrap_init_args)
+            patch(itp.interpreter_builder, "create_masked_load", wrap_load)
+            patch(itp.interpreter_builder, "create_masked_store", wrap_store)
+            patch(itp.interpreter_builder, "create_addptr", wrap_addptr)
+        yield
+    finally:
+        for owner, name, original, was_own in reversed(undo):
+            if was_own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)  # an attribute we added: the inherited one shows again
+
+
+_installed: list = []   # the patches in force: one ExitStack per install
+
+
+@contextlib.contextmanager
+def watch(guard: bool = True):
+    """Record every kernel launch in the block; with ``guard``, bounds-check interpreted ones.
+
+    Nested blocks each get every launch; the patches are installed once, by the outermost
+    block (or by :func:`install`).
+    """
+    log = Log()
+    _active.append(log)
+    try:
+        if _installed:
+            yield log
+        else:
+            with _patched(guard):
+                _installed.append(None)
+                try:
+                    yield log
+                finally:
+                    _installed.pop()
+    finally:
+        _active.remove(log)
+
+
+def install() -> None:
+    """Guard every interpreted launch from now on (the grader does this in CPU mode).
+
+    A learner's own cell may launch an unmasked kernel; without the guard its stray
+    stores corrupt the heap and kill the kernel process later, far from the mistake.
+    """
+    if _installed:
+        return
+    stack = contextlib.ExitStack()
+    stack.enter_context(_patched(True))
+    _installed.append(stack)
+
+
+def notebook_kernels(namespace: dict) -> dict:
+    """The ``@triton.jit`` kernels defined in ``namespace`` (a notebook's globals), by name."""
+    from triton.runtime.jit import JITFunction
+
+    found = {}
+    for name, value in list(namespace.items()):
+        if isinstance(value, JITFunction) and getattr(value.fn, "__globals__", None) is namespace:
+            found[name] = value
+    return found
+
+
+@contextlib.contextmanager
+def interpreted(namespace: dict):
+    """Swap the notebook's compiled kernels for interpreted twins (GPU mode) while in the block.
+
+    A launcher finds its kernel by name in the notebook's globals, so replacing the
+    global is enough for it to launch the interpreted twin: same Python function, run by
+    the interpreter, where :func:`watch` can bounds-check every access. In CPU mode the
+    kernels are interpreted already and nothing changes.
+    """
+    from .. import runtime
+
+    swapped = {}
+    snapshot = None
+    if runtime.is_gpu():
+        from triton.runtime.interpreter import InterpretedFunction
+
+        for name, kernel in notebook_kernels(namespace).items():
+            swapped[name] = kernel
+            namespace[name] = InterpretedFunction(kernel.fn)
+        snapshot = _language_snapshot() if swapped else None
+    try:
+        yield sorted(swapped)
+    finally:
+        for name, kernel in swapped.items():
+            namespace[name] = kernel
+        if snapshot is not None:
+            _language_restore(snapshot)
+
+
+def _language_objects():
+    import triton.language as tl
+
+    objs = [tl, tl.core, tl.tensor, tl.core.tensor]
+    for extra in ("math", "standard", "semantic", "random", "extra"):
+        mod = getattr(tl, extra, None)
+        if mod is not None:
+            objs.append(mod)
+    return list({id(o): o for o in objs}.values())
+
+
+def _language_snapshot():
+    """The attributes of triton.language, to undo the interpreter's patches exactly.
+
+    Running a kernel in the interpreter swaps ``tl.load`` and friends for interpreted
+    versions. Recent Triton puts them back afterwards; older ones leave them in place,
+    and the next *compiled* kernel would then be built by the interpreter's functions.
+    Restoring a snapshot is correct either way.
+    """
+    return [(obj, dict(vars(obj))) for obj in _language_objects()]
+
+
+def _language_restore(snapshot) -> None:
+    for obj, saved in snapshot:
+        for name in list(vars(obj)):
+            if name not in saved:
+                try:
+                    delattr(obj, name)
+                except (AttributeError, TypeError):
+                    pass
+        for name, value in saved.items():
+            if vars(obj).get(name, _MISSING) is not value:
+                try:
+                    setattr(obj, name, value)
+                except (AttributeError, TypeError):
+                    pass
+
+
+_MISSING = object()

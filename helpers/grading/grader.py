@@ -1,0 +1,422 @@
+"""``./course grade PATH ...``: grade submitted notebooks, one or a folder of them.
+
+For each notebook:
+
+1. Read it and copy it into a scratch folder. The learner's file is only ever read.
+2. Start a fresh kernel process there (:class:`~helpers.grading.session.Session`): memory
+   capped, ``COURSE_MODE`` set to the grader's mode, in CPU mode with every interpreted
+   kernel bounds-guarded (:func:`helpers.grading.bounds.install`).
+3. Run its code cells in order, each with a time limit, the whole under a total limit.
+   A cell that raises does not stop the run, as in "Run All" with errors allowed; a cell
+   that hangs is interrupted; one that kills the kernel is skipped and the cells before
+   it are replayed in a new kernel.
+4. Run each graded part's check *inside that kernel*, on the names the notebook defined,
+   each under its own time limit (:func:`helpers.grading.registry.grade_to_file`).
+5. Report: a table of parts, points and messages; JSON beside it; for several notebooks
+   a CSV gradebook. Folders are graded in parallel, one kernel process per core.
+
+    ./course grade submissions/alice/03_vector_add_intensity.ipynb
+    ./course grade submissions/ --out grades/03
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import registry
+from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
+                     CellResult, PartResult, Report, write_gradebook)
+
+DEFAULT_OUT = Path("grades")
+MAX_RESTARTS = 3
+
+# Runs before the learner's first cell: decide the mode, guard interpreted kernels.
+SETUP = """\
+import helpers
+from helpers.grading import bounds as _course_bounds
+if helpers.is_cpu():
+    _course_bounds.install()
+del _course_bounds
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    cell_timeout: float = 120.0     # seconds for one code cell
+    part_timeout: float = 300.0     # seconds for one graded part's check
+    total_timeout: float = 1200.0   # seconds for all the notebook's cells together
+    memory_mb: int = 4096           # the kernel process's memory cap
+    threads: int = 1                # CPU threads per kernel (grading in parallel)
+
+
+def detect_assignment(nb, path: Path) -> str | None:
+    """The assignment a notebook belongs to: its metadata, else its file name."""
+    meta = nb.get("metadata", {}).get("course", {}) if nb is not None else {}
+    if meta.get("assignment") in registry.MODULES:
+        return meta["assignment"]
+    for name in registry.MODULES:
+        if name in path.name or path.name.startswith(name.split("_", 1)[0] + "_"):
+            return name
+    return None
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip() and not line.strip().startswith("#"):
+            return line.strip()[:60]
+    return source.strip()[:60]
+
+
+def _defining_cell(cells, name: str):
+    """The code cell that defines ``name`` (``def name``, ``name = ...``), if any."""
+    pattern = re.compile(rf"^\s*(def\s+{re.escape(name)}\b|class\s+{re.escape(name)}\b|"
+                         rf"{re.escape(name)}\s*(:[^=\n]*)?=(?!=))", re.MULTILINE)
+    for number, source in cells:
+        if pattern.search(source):
+            return number
+    return None
+
+
+class _Run:
+    """One notebook in one (or, after crashes, several successive) kernel sessions."""
+
+    def __init__(self, cells, tmp: str, mode: str, limits: Limits):
+        self.cells, self.tmp, self.mode, self.limits = cells, tmp, mode, limits
+        self.session = None
+        self.skip: set[int] = set()          # cells that hung or crashed: never replayed
+        self.restarts = 0
+
+    def boot(self, upto: int) -> bool:
+        """A fresh kernel with the setup and the cells before index ``upto`` replayed."""
+        from .session import Session
+
+        if self.session is not None:
+            self.session.stop()
+            self.restarts += 1
+            if self.restarts > MAX_RESTARTS:
+                return False
+        self.session = Session(cwd=self.tmp, mode=self.mode, memory_mb=self.limits.memory_mb,
+                               threads=self.limits.threads)
+        self.session.start()
+        self.session.run(SETUP, self.limits.cell_timeout)
+        for number, source in self.cells[:upto]:
+            if number not in self.skip:
+                ex = self.session.run(source, self.limits.cell_timeout)
+                if not ex.alive:
+                    self.skip.add(number)
+                    return self.boot(upto)
+        return True
+
+    def stop(self):
+        if self.session is not None:
+            self.session.stop()
+
+
+def _part_result(part, data: dict) -> PartResult:
+    status = data.get("status") or (PASSED if data.get("passed") else FAILED)
+    if data.get("passed"):
+        status = PASSED
+    return PartResult(part.key, part.title, part.points if data.get("passed") else 0,
+                      part.points, status, data.get("message", ""), data.get("seconds", 0.0))
+
+
+def _explain_missing(result: PartResult, names, cells, cell_results) -> None:
+    """Say *why* a graded name is missing: which cell should define it, what it raised."""
+    stub_left = any(c.ename == "NotImplementedError" for c in cell_results.values())
+    for name in names:
+        number = _defining_cell(cells, name)
+        failed = cell_results.get(number) if number is not None else None
+        if number is None:
+            if stub_left:
+                result.message = (f"not implemented yet: `{name}` is not defined and a cell "
+                                  "still raises NotImplementedError")
+            else:
+                result.status = FAILED
+                result.message = (f"`{name}` is not defined, and no code cell defines it: if "
+                                  "you renamed it, give it its name back")
+        elif failed is None:
+            result.status = FAILED
+            result.message = (f"`{name}` is defined in code cell {number} but no longer exists "
+                              "once the notebook has run: a later cell deleted it (del?)")
+        elif failed.status == "error" and failed.ename == "NotImplementedError":
+            continue  # the stub is still there: "not implemented" says it all
+        else:
+            result.status = ERROR
+            result.message = (f"`{name}` is not defined because code cell {number} "
+                              f"({failed.first_line!r}) " + failed.what() + ".")
+
+
+_UNDEFINED = re.compile(r"name '(\w+)' is not defined")
+
+
+def _explain_undefined(result: PartResult, cells, cell_results) -> None:
+    """A check that hit ``NameError: name 'x'``: point at the cell that should define x."""
+    match = _UNDEFINED.search(result.message)
+    if not match:
+        return
+    number = _defining_cell(cells, match.group(1))
+    failed = cell_results.get(number) if number is not None else None
+    if failed is not None:
+        result.message += (f" (code cell {number}, which defines `{match.group(1)}`, "
+                           f"{failed.what()})")
+
+
+def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limits(),
+                   mode: str | None = None, student: str | None = None) -> Report:
+    """Grade one submitted notebook; never raises for anything the submission does."""
+    import json
+
+    import nbformat
+
+    from .. import runtime
+
+    path = Path(path)
+    mode = mode or runtime.MODE
+    start = time.monotonic()
+    report = Report(notebook=str(path), student=student or path.stem,
+                    assignment=assignment or "?", mode=mode, limits=asdict(limits))
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception as err:  # noqa: BLE001 - unreadable: a score of zero and why
+        nb = None
+        report.error = f"could not read the notebook ({type(err).__name__}: {err})"
+    name = assignment or detect_assignment(nb, path)
+    if name is None:
+        report.error = report.error or (f"cannot tell which assignment this is; pass "
+                                        f"--assignment (one of {sorted(registry.MODULES)})")
+        return report
+    report.assignment = name
+    spec = registry.get(name)
+    if nb is None:
+        report.parts = [PartResult(p.key, p.title, 0, p.points,
+                                   NEEDS_GPU if p.gpu and mode == "cpu" else ERROR,
+                                   report.error) for p in spec.parts]
+        return report
+
+    cells, number = [], 0
+    for cell in nb.cells:
+        if cell.get("cell_type") == "code":
+            number += 1
+            cells.append((number, cell.get("source", "")))
+    tmp = tempfile.mkdtemp(prefix="course-grade-")
+    run = _Run(cells, tmp, mode, limits)
+    cell_results: dict[int, CellResult] = {}
+    try:
+        shutil.copy(path, Path(tmp) / path.name)
+        run.boot(0)
+        deadline = time.monotonic() + limits.total_timeout
+        for i, (number, source) in enumerate(cells):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                cell_results[number] = CellResult(number, "timeout", "TimeoutError",
+                                                  f"not run: the notebook used up its total "
+                                                  f"limit of {limits.total_timeout:g} s",
+                                                  _first_line(source))
+                continue
+            ex = run.session.run(source, min(limits.cell_timeout, left))
+            if ex.status != "ok":
+                evalue = ex.evalue if ex.status != "died" else ex.reason
+                cell_results[number] = CellResult(number, ex.status, ex.ename, evalue,
+                                                  _first_line(source), round(ex.seconds, 2))
+            if not ex.alive:
+                run.skip.add(number)
+                if not run.boot(i + 1):
+                    break
+        report.cells = [cell_results[k] for k in sorted(cell_results)]
+
+        dead_groups: dict[str, PartResult] = {}
+        for part in spec.parts:
+            if part.gpu and mode == "cpu":
+                from ..feedback import needs_gpu
+
+                report.parts.append(PartResult(part.key, part.title, 0, part.points, NEEDS_GPU,
+                                               needs_gpu(part.label).message))
+                continue
+            if part.group and part.group in dead_groups:
+                first = dead_groups[part.group]
+                report.parts.append(PartResult(part.key, part.title, 0, part.points,
+                                               first.status, f"not checked: part {first.key} "
+                                               f"{first.status} on the same code"))
+                continue
+            if run.session is None or not run.session.alive():
+                if run.restarts > MAX_RESTARTS or not run.boot(len(cells)):
+                    report.parts.append(PartResult(part.key, part.title, 0, part.points,
+                                                   CRASHED, "not checked: the kernel kept "
+                                                   "crashing"))
+                    continue
+            out = Path(tmp) / f"part-{part.key}.json"
+            code = (f"__import__('helpers.grading.registry', fromlist=['_'])"
+                    f".grade_to_file({name!r}, {part.key!r}, globals(), {str(out)!r})")
+            ex = run.session.run(code, limits.part_timeout)
+            if ex.status == "ok" and out.exists():
+                data = json.loads(out.read_text())
+                result = _part_result(part, data)
+                if result.status == NOT_IMPLEMENTED and data.get("missing"):
+                    _explain_missing(result, data["missing"], cells, cell_results)
+                elif result.status != PASSED:
+                    _explain_undefined(result, cells, cell_results)
+            elif ex.status == "timeout":
+                result = PartResult(part.key, part.title, 0, part.points, TIMED_OUT,
+                                    f"the check was stopped after {limits.part_timeout:g} s "
+                                    f"(the time limit): something in {', '.join(part.names)} "
+                                    "never finishes (an infinite loop?)", round(ex.seconds, 2))
+            elif ex.status == "died":
+                result = PartResult(part.key, part.title, 0, part.points, CRASHED,
+                                    f"checking this part crashed the kernel: {ex.reason}",
+                                    round(ex.seconds, 2))
+            else:
+                result = PartResult(part.key, part.title, 0, part.points, ERROR,
+                                    f"the check could not run in this notebook: {ex.ename}: "
+                                    f"{ex.evalue}", round(ex.seconds, 2))
+            report.parts.append(result)
+            if result.status in (TIMED_OUT, CRASHED) and part.group:
+                dead_groups[part.group] = result
+            if not ex.alive:
+                run.boot(len(cells))
+    except Exception as err:  # noqa: BLE001 - the grader's own failure, reported
+        report.error = f"grading failed: {type(err).__name__}: {err}"
+    finally:
+        run.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report.seconds = round(time.monotonic() - start, 1)
+    return report
+
+
+# --------------------------------------------------------------------------------------
+# Many notebooks: names, parallel workers, the gradebook.
+# --------------------------------------------------------------------------------------
+
+
+def find_notebooks(paths) -> list[tuple[Path, str]]:
+    """``(notebook, student)`` for every notebook under ``paths`` (files or folders)."""
+    found = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            for nb in sorted(p.rglob("*.ipynb")):
+                if ".ipynb_checkpoints" in nb.parts:
+                    continue
+                rel = nb.relative_to(p)
+                # submissions/alice/03_x.ipynb -> alice; submissions/alice.ipynb -> alice
+                if len(rel.parts) > 1 and nb.stem in registry.MODULES:
+                    student = "__".join(rel.parts[:-1])
+                else:
+                    student = "__".join(rel.with_suffix("").parts)
+                found.append((nb, student))
+        elif p.is_file():
+            student = p.parent.name if p.stem in registry.MODULES and p.parent.name else p.stem
+            found.append((p, student))
+        else:
+            raise FileNotFoundError(f"{p} is neither a notebook nor a folder")
+    seen: dict[str, int] = {}
+    unique = []
+    for nb, student in found:
+        seen[student] = seen.get(student, 0) + 1
+        unique.append((nb, student if seen[student] == 1 else f"{student}__{seen[student]}"))
+    return unique
+
+
+def _grade_one(args) -> Report:
+    path, student, assignment, limits, mode = args
+    try:
+        return grade_notebook(path, assignment=assignment, limits=limits, mode=mode,
+                              student=student)
+    except Exception as err:  # noqa: BLE001 - one bad notebook never stops the others
+        return Report(str(path), student, assignment or "?", mode,
+                      error=f"grading failed: {type(err).__name__}: {err}")
+
+
+def grade_many(notebooks, *, assignment=None, limits: Limits = Limits(), mode=None,
+               jobs: int | None = None, on_result=None) -> list[Report]:
+    """Grade ``(path, student)`` pairs, ``jobs`` at a time (default: one per core)."""
+    from .. import runtime
+
+    mode = mode or runtime.MODE
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(notebooks) or 1))
+    work = [(p, s, assignment, limits, mode) for p, s in notebooks]
+    if jobs == 1:
+        reports = []
+        for w in work:
+            reports.append(_grade_one(w))
+            if on_result:
+                on_result(reports[-1])
+        return reports
+    # Threads are enough: each notebook runs in its own kernel *process*, and a grading
+    # thread only sends it code and waits for replies.
+    reports = []
+    with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_grade_one, w) for w in work]
+        for fut in cf.as_completed(futures):
+            reports.append(fut.result())
+            if on_result:
+                on_result(reports[-1])
+    order = {str(p): i for i, (p, _) in enumerate(notebooks)}
+    return sorted(reports, key=lambda r: order.get(r.notebook, 0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="./course grade", description="Grade submitted notebooks into a table, JSON "
+        "reports and (for several) a CSV gradebook.")
+    parser.add_argument("paths", nargs="+", help="notebooks, or folders of them")
+    parser.add_argument("--assignment", choices=sorted(registry.MODULES),
+                        help="which assignment (default: from the notebook's metadata or name)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="folder for the JSON reports and gradebook.csv (default: grades/)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="notebooks graded at once (default: one per CPU core)")
+    d = Limits()
+    parser.add_argument("--cell-timeout", type=float, default=d.cell_timeout,
+                        help=f"seconds per code cell (default {d.cell_timeout:g})")
+    parser.add_argument("--part-timeout", type=float, default=d.part_timeout,
+                        help=f"seconds per graded part's check (default {d.part_timeout:g})")
+    parser.add_argument("--total-timeout", type=float, default=d.total_timeout,
+                        help=f"seconds for all of a notebook's cells (default {d.total_timeout:g})")
+    parser.add_argument("--memory-gb", type=float, default=d.memory_mb / 1024,
+                        help=f"memory cap per kernel process, GiB (default {d.memory_mb / 1024:g})")
+    args = parser.parse_args(argv)
+
+    from .. import runtime
+
+    try:
+        notebooks = find_notebooks(args.paths)
+    except FileNotFoundError as err:
+        print(f"course grade: {err}", file=sys.stderr)
+        return 2
+    if not notebooks:
+        print(f"course grade: no notebooks under {', '.join(args.paths)}", file=sys.stderr)
+        return 2
+    jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(notebooks)))
+    limits = Limits(args.cell_timeout, args.part_timeout, args.total_timeout,
+                    int(args.memory_gb * 1024), max(1, (os.cpu_count() or 1) // jobs))
+    single = len(notebooks) == 1
+    print(f"Grading {len(notebooks)} notebook(s) in {runtime.MODE.upper()} mode, {jobs} at a "
+          f"time (limits: {limits.cell_timeout:g} s per cell, {limits.total_timeout:g} s per "
+          f"notebook, {limits.part_timeout:g} s per check, {limits.memory_mb} MiB)", flush=True)
+
+    def show(report: Report):
+        path = report.write_json(args.out / f"{report.student}.json")
+        if single:
+            print(report.to_text())
+        else:
+            print(report.summary_line(), flush=True)
+        print(f"  report: {path}", flush=True)
+
+    reports = grade_many(notebooks, assignment=args.assignment, limits=limits, jobs=jobs,
+                         on_result=show)
+    if not single:
+        book = write_gradebook(reports, args.out / "gradebook.csv")
+        print(f"Gradebook: {book}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

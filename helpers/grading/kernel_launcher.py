@@ -1,0 +1,41 @@
+"""Start an IPython kernel for a submission, with limits set before any of its code runs.
+
+The grader runs this file as the kernel's command (``python kernel_launcher.py
+--memory-mb N -f CONNECTION_FILE``), by path, so that nothing of the course is imported
+before the limits hold. Limits set here bind the kernel process and everything it runs:
+
+* ``RLIMIT_DATA`` caps the heap (malloc, mmap'd anonymous memory) in CPU mode. An
+  allocation past it fails cleanly: torch raises "DefaultCPUAllocator: can't allocate
+  memory", NumPy a MemoryError, and the learner's cell reports it. Not in GPU mode: the
+  CUDA driver maps large regions of its own and would refuse to start.
+* No core dumps: a crashing submission must not leave gigabytes behind; a fatal error
+  prints its Python traceback to the kernel's log instead (``faulthandler``).
+
+The grader also watches the process's resident memory from outside (both modes) and
+kills it past the cap, the backstop for whatever the limit does not catch.
+"""
+
+import os
+import resource
+import sys
+
+
+def main(argv: list[str]) -> None:
+    memory_mb = None
+    if argv[:1] == ["--memory-mb"]:
+        memory_mb, argv = int(argv[1]), argv[2:]
+    if memory_mb and os.environ.get("COURSE_MODE") == "cpu":
+        limit = memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    import faulthandler
+
+    faulthandler.enable()  # a segfault prints "Fatal Python error" and a traceback to the log
+    from ipykernel.kernelapp import launch_new_instance
+
+    sys.argv = [sys.argv[0], *argv]
+    launch_new_instance()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,164 @@
+"""What the grader says about a submission: a table for people, JSON and CSV for files.
+
+A :class:`Report` holds one row per graded part (points, status, message) and one per
+code cell that did not finish cleanly. Points count only parts that could be graded
+here: a part that needs a GPU, graded in CPU mode, is listed as "needs a GPU" and left
+out of both the score and the maximum.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import textwrap
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# Part statuses, in the words the reports use.
+PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
+NEEDS_GPU, ERROR, TIMED_OUT, CRASHED = "needs a GPU", "error", "timed out", "crashed"
+
+
+@dataclass
+class PartResult:
+    key: str
+    title: str
+    points: float
+    max_points: float
+    status: str
+    message: str
+    seconds: float = 0.0
+
+    @property
+    def counted(self) -> bool:
+        return self.status != NEEDS_GPU
+
+
+@dataclass
+class CellResult:
+    """A code cell that raised, ran out of time or took the kernel down with it."""
+
+    number: int            # 1-based among the notebook's code cells
+    status: str            # "error", "timeout", "died"
+    ename: str
+    evalue: str
+    first_line: str
+    seconds: float = 0.0
+
+    def what(self) -> str:
+        if self.status == "error":
+            return f"raised {self.ename}" + (f": {self.evalue}" if self.evalue else "")
+        if self.status == "timeout":
+            return f"was {self.evalue}" if self.evalue.startswith("stopped") else self.evalue
+        if self.status == "died":
+            return f"crashed the kernel ({self.evalue})"
+        return self.status
+
+    def describe(self) -> str:
+        return f"code cell {self.number} ({self.first_line!r}) {self.what()}"
+
+
+@dataclass
+class Report:
+    notebook: str
+    student: str
+    assignment: str
+    mode: str
+    parts: list[PartResult] = field(default_factory=list)
+    cells: list[CellResult] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""                       # the notebook could not be graded at all
+    limits: dict = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        return sum(p.points for p in self.parts if p.counted)
+
+    @property
+    def max_score(self) -> float:
+        return sum(p.max_points for p in self.parts if p.counted)
+
+    @property
+    def pending_gpu_points(self) -> float:
+        return sum(p.max_points for p in self.parts if not p.counted)
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.score / self.max_score if self.max_score else 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.update(score=self.score, max_score=self.max_score, percent=round(self.percent, 1),
+                   pending_gpu_points=self.pending_gpu_points)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    def write_json(self, path: Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json() + "\n")
+        return path
+
+    def summary_line(self) -> str:
+        pending = (f", {_n(self.pending_gpu_points)} more on a GPU"
+                   if self.pending_gpu_points else "")
+        if self.error:
+            return f"{self.student}: not graded: {self.error}"
+        return (f"{self.student}: {_n(self.score)} / {_n(self.max_score)} points "
+                f"({self.percent:.0f}%{pending})")
+
+    def to_text(self, width: int = 100) -> str:
+        head = [f"{self.assignment}: {self.notebook}",
+                f"{self.summary_line()}  [{self.mode.upper()} mode, {self.seconds:.0f} s]"]
+        if self.error:
+            return "\n".join(head)
+        key_w = max(4, *(len(p.key) for p in self.parts))
+        title_w = max(5, *(len(p.title) for p in self.parts))
+        status_w = max(6, *(len(p.status) for p in self.parts))
+        left = key_w + title_w + 9 + status_w + 6
+        lines = head + ["", f"{'part':<{key_w}}  {'title':<{title_w}}  {'points':>7}  "
+                        f"{'status':<{status_w}}  message"]
+        lines.append("-" * min(width, left + 40))
+        for p in self.parts:
+            pts = f"{_n(p.points)}/{_n(p.max_points)}"
+            wrapped = textwrap.wrap(p.message, max(30, width - left)) or [""]
+            lines.append(f"{p.key:<{key_w}}  {p.title:<{title_w}}  {pts:>7}  "
+                         f"{p.status:<{status_w}}  {wrapped[0]}")
+            lines += [" " * left + w for w in wrapped[1:]]
+        lines.append("-" * min(width, left + 40))
+        lines.append(f"{'total':<{key_w + title_w + 2}}  "
+                     f"{_n(self.score) + '/' + _n(self.max_score):>7}")
+        if self.cells:
+            lines += ["", "Cells that did not finish:"]
+            lines += [textwrap.shorten("  " + c.describe(), width) for c in self.cells]
+        return "\n".join(lines)
+
+    __str__ = to_text
+
+
+def _n(x: float) -> str:
+    return f"{x:g}"
+
+
+def write_gradebook(reports: list[Report], path: Path) -> Path:
+    """One row per submission: totals, points per part, and what went wrong."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = list(dict.fromkeys(p.key for r in reports for p in r.parts))
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "notebook", "assignment", "mode", "score", "max_score",
+                    "percent", *[f"part {k}" for k in keys], "notes"])
+        for r in sorted(reports, key=lambda r: r.student):
+            by_key = {p.key: p for p in r.parts}
+            cells = [p for p in keys if p in by_key]
+            notes = [r.error] if r.error else []
+            notes += [c.describe() for c in r.cells]
+            w.writerow([r.student, r.notebook, r.assignment, r.mode, _n(r.score),
+                        _n(r.max_score), f"{r.percent:.1f}",
+                        *[(_n(by_key[k].points) if by_key[k].counted else "GPU")
+                          if k in cells else "" for k in keys],
+                        "; ".join(notes)])
+    return path

@@ -1,0 +1,127 @@
+"""Vector add, ``C = A + B``: the simplest kernel there is, and the course's bandwidth yardstick.
+
+Per element the GPU does one addition and moves three values across the memory bus:
+it reads ``A[i]`` and ``B[i]`` from DRAM and writes ``C[i]`` back. In fp16 that is
+1 FLOP for 6 bytes, an arithmetic intensity of 1/6 FLOP/byte, while an H100 needs
+about 20 FLOP/byte (CUDA-core fp32 peak over HBM bandwidth) before arithmetic limits
+anything. So the adder units idle and the kernel runs exactly as fast as memory can
+stream: the only question is how close to the datasheet bandwidth it gets.
+
+What follows: the spec in PyTorch, the Triton kernel, a launcher that checks its
+inputs and picks the grid, and the napkin math (``bytes_moved``, ``flops``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .checks import check_same_shape, check_tensor
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# Elements per program. With Triton's default of 4 warps (128 threads) a block of 1024
+# gives each thread 8 consecutive elements: 16 bytes of fp16, one 128-bit load per operand,
+# the widest load there is. Smaller blocks starve the memory system with narrow loads: in
+# the recorded run (helpers/records/vector_add__H200.json, H200, 2^28 fp16 elements) blocks
+# of 128 and 256 reached 1,267 and 2,518 GB/s, while every block from 512 to 8192 landed
+# between 4,276 and 4,338 GB/s, 1024 the best.
+DEFAULT_BLOCK_SIZE = 1024
+
+# Offsets are computed in 32-bit integers (pid * BLOCK_SIZE + arange): past 2^31 - 1
+# elements they would wrap around and address memory before the tensor.
+MAX_ELEMENTS = 2**31 - 1
+
+
+def add_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The spec: what every vector add in the course must return."""
+    return a + b
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, c_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)                      # which block of the vector is mine
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements                      # the last block may hang over the end
+    a = tl.load(a_ptr + offsets, mask=mask)          # read A: one trip over the bus
+    b = tl.load(b_ptr + offsets, mask=mask)          # read B: a second trip
+    c = a.to(tl.float32) + b.to(tl.float32)          # add in fp32 registers: free, see below
+    tl.store(c_ptr + offsets, c.to(c_ptr.dtype.element_ty), mask=mask)  # write C: the third
+
+
+# Why the add goes through fp32: on the GPU the conversion costs nothing (the kernel waits
+# for memory anyway) and rounding the exact fp32 sum to fp16 gives the same bits as an fp16
+# add. In CPU mode it is needed: Triton's interpreter adds bf16 values as raw 16-bit
+# integers (NumPy has no bfloat16), which returns garbage, while its fp32 casts are exact.
+
+
+def add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+        block_size: int = DEFAULT_BLOCK_SIZE) -> torch.Tensor:
+    """``a + b`` by ``add_kernel``; ``out=a`` adds in place (``A += B``).
+
+    ``a`` and ``b`` must have the same shape and dtype, be contiguous and live where
+    kernels run (``helpers.device()``). The grid has ``ceil(n / block_size)`` programs:
+    one more than ``n // block_size`` whenever ``n`` is not a multiple of the block, and
+    that last program is the one the mask protects.
+    """
+    check_tensor(a, "a", dtypes=FLOAT_DTYPES)
+    check_tensor(b, "b", dtypes=FLOAT_DTYPES)
+    check_same_shape(a, b, "a and b")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a is {a.dtype} and b is {b.dtype}: convert one so both match "
+                        "(this kernel does not mix precisions)")
+    if out is None:
+        out = torch.empty_like(a)
+    else:
+        check_tensor(out, "out", dtypes=(a.dtype,))
+        check_same_shape(a, out, "a and out")
+    if block_size <= 0 or block_size & (block_size - 1):
+        raise ValueError(f"block_size must be a power of two (tl.arange needs one), "
+                         f"got {block_size}")
+    n = a.numel()
+    if n > MAX_ELEMENTS:
+        raise ValueError(f"{n} elements: this kernel indexes with 32-bit offsets, which "
+                         f"reach {MAX_ELEMENTS}. Split the vector into chunks.")
+    if n == 0:
+        return out
+    grid = (triton.cdiv(n, block_size),)
+    add_kernel[grid](a, b, out, n, BLOCK_SIZE=block_size)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Napkin math. An element size comes from the dtype: 2 bytes for fp16/bf16, 4 for fp32.
+# --------------------------------------------------------------------------------------
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def bytes_moved(n_elements: int, dtype: torch.dtype, n_inputs: int = 2) -> int:
+    """DRAM traffic of an n-input elementwise sum: read every input once, write one output.
+
+    In place (``A += B``) changes nothing here: ``A`` is still read, ``B`` still read,
+    and the result still written back over ``A``. In-place saves memory *capacity*
+    (no third buffer), not memory *traffic*.
+    """
+    if n_inputs < 1:
+        raise ValueError(f"n_inputs must be at least 1, got {n_inputs}")
+    return (n_inputs + 1) * n_elements * element_size(dtype)
+
+
+def flops(n_elements: int, n_inputs: int = 2, fmas_per_element: int = 0) -> int:
+    """Additions to sum ``n_inputs`` vectors, plus ``fmas_per_element`` fused multiply-adds.
+
+    An FMA (``x * s + t``) is one instruction but two floating-point operations, the
+    convention of every datasheet's FLOP/s.
+    """
+    return n_elements * ((n_inputs - 1) + 2 * fmas_per_element)
+
+
+def intensity(n_elements: int, dtype: torch.dtype, n_inputs: int = 2,
+              fmas_per_element: int = 0) -> float:
+    """FLOPs per byte of DRAM traffic. It does not depend on ``n_elements``."""
+    return (flops(n_elements, n_inputs, fmas_per_element)
+            / bytes_moved(n_elements, dtype, n_inputs))

@@ -1,0 +1,355 @@
+"""The grader, end to end: the solution, the blank assignment and planted wrong submissions.
+
+Every planted submission is the solution notebook with one mistake put in, the kind a
+learner makes (forgetting the write of C, no mask, computing with torch, a syntax error,
+an infinite loop, ...). Each must lose exactly the points of the parts it breaks, with a
+message that names the mistake, and never crash the grader. They are generated here from
+solutions/, so they follow the solution when it changes (a replacement that no longer
+applies fails loudly).
+
+All notebooks are graded by one run of the grader's command line over a folder, in
+parallel, as an instructor would; the tests then read its JSON reports and gradebook.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import helpers
+from helpers.grading import grader, registry
+
+REPO = Path(__file__).resolve().parents[1]
+SOLUTION = REPO / "solutions" / "03_vector_add_intensity.ipynb"
+ASSIGNMENT = REPO / "assignments" / "03_vector_add_intensity.ipynb"
+SPEC = registry.get("03_vector_add_intensity")
+CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
+POINTS = {p.key: p.points for p in SPEC.parts}
+
+
+def _edit(replace=(), append=(), insert_after_first=()):
+    """A function that plants a mistake in a copy of the solution notebook."""
+
+    def apply(nb):
+        nb = copy.deepcopy(nb)
+        for old, new in replace:
+            hits = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
+            assert len(hits) == 1, f"the solution changed: {old!r} found {len(hits)} times"
+            hits[0].source = hits[0].source.replace(old, new)
+        for i, src in enumerate(insert_after_first):
+            first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+            nb.cells.insert(first + 1 + i, nbformat.v4.new_code_cell(src))
+        for src in append:
+            nb.cells.append(nbformat.v4.new_code_cell(src))
+        return nb
+
+    return apply
+
+
+# name -> (how to plant it, {part: words its message must contain}); every other part
+# must score full points.
+PLANTS = {
+    "forgot_write": (
+        _edit([("add_bytes = 3 * N * BYTES_PER_FP16", "add_bytes = 2 * N * BYTES_PER_FP16")]),
+        {"1b": "forget the write of C", "1c": "forget the write of C",
+         "1e": "forget the write of C"}),
+    "seconds_not_ms": (
+        _edit([("add_flops / peak) * 1e3", "add_flops / peak)")]),
+        {"1e": "seconds"}),
+    "bits_not_bytes": (
+        _edit(append=["add_bytes = 8 * 3 * N * BYTES_PER_FP16"]),
+        {"1b": "bits, not bytes"}),
+    "says_compute_bound": (
+        _edit([('add_bound = "memory" if add_intensity < ridge else "compute"',
+                'add_bound = "compute"')]),
+        {"1d": "far left of the ridge"}),
+    "nan_answer": (
+        _edit(append=['add_intensity = float("nan")']),
+        {"1c": "nan"}),
+    "deleted_name": (
+        _edit(append=["del add_flops"]),
+        {"1a": "deleted"}),
+    "in_place_saves_a_write": (
+        _edit([("inplace_intensity = N / (3 * N * 2)", "inplace_intensity = N / (2 * N * 2)")]),
+        {"2b": "in place still writes A back"}),
+    "tensor_core_ridge": (
+        _edit([('ridge_fp32 = h100.ridge_point("fp32")', 'ridge_fp32 = h100.ridge_point("fp16")')]),
+        {"2d": "tensor-core ridge"}),
+    "syntax_error": (
+        _edit([("mask = offsets < n_elements ", "mask = offsets < n_elements) ")]),
+        {"3a": "SyntaxError", "3b": "SyntaxError"}),
+    "exception_in_launcher": (
+        _edit([("grid = (triton.cdiv(n, BLOCK_SIZE),)", "grid = (triton.cdiv(n, BLOCKSIZE),)")]),
+        {"3a": "NameError", "3b": "NameError"}),
+    "no_mask": (
+        _edit([("tl.load(a_ptr + offsets, mask=mask)", "tl.load(a_ptr + offsets)"),
+               ("tl.load(b_ptr + offsets, mask=mask)", "tl.load(b_ptr + offsets)"),
+               ("tl.store(c_ptr + offsets, a + b, mask=mask)", "tl.store(c_ptr + offsets, a + b)")]),
+        {"3b": "past the end"}),
+    "torch_instead_of_triton": (
+        _edit([("add_kernel[grid](a, b, c, n, BLOCK_SIZE=BLOCK_SIZE)\n    return c",
+                "return a + b")]),
+        {"3a": "launched no Triton kernel", "3b": "launched no Triton kernel"}),
+    "course_kernel_instead_of_own": (
+        _edit([("add_kernel[grid](a, b, c, n, BLOCK_SIZE=BLOCK_SIZE)\n    return c",
+                "from helpers.kernels.vector_add import add\n    return add(a, b)")]),
+        {"3a": "not a kernel defined in your notebook",
+         "3b": "not a kernel defined in your notebook"}),
+    "wrong_dtype": (
+        _edit([("c = torch.empty_like(a)", "c = torch.empty_like(a, dtype=torch.float32)")]),
+        {"3a": "dtype"}),
+    "wrong_shape": (
+        _edit([("c = torch.empty_like(a)",
+                "c = torch.empty(triton.cdiv(a.numel(), BLOCK_SIZE) * BLOCK_SIZE, "
+                "dtype=a.dtype, device=a.device)")]),
+        {"3a": "shape"}),
+    "grid_too_small_nan": (
+        _edit([("c = torch.empty_like(a)", 'c = torch.full_like(a, float("nan"))'),
+               ("grid = (triton.cdiv(n, BLOCK_SIZE),)", "grid = (n // BLOCK_SIZE,)")]),
+        {"3a": "NaN"}),
+    "renamed_launcher": (
+        _edit([("def vector_add(", "def my_vector_add(")]),
+        {"3a": "renamed", "3b": "renamed"}),
+    "segfault_in_a_cell": (
+        _edit(append=["import ctypes\nctypes.string_at(0)"]),
+        {}),
+    "segfault_in_launcher": (
+        _edit([("    c = torch.empty_like(a)\n",
+                "    import ctypes\n    ctypes.string_at(0)\n    c = torch.empty_like(a)\n")]),
+        {"3a": "crashed", "3b": "crashed"}),
+    "memory_hog": (
+        _edit(append=["hog = torch.ones(2**33, dtype=torch.uint8)"]),
+        {}),
+}
+
+# Loopers are graded with short time limits, on their own.
+LOOPERS = {
+    "infinite_loop_cell": (
+        _edit(insert_after_first=["while True:\n    pass"]),
+        {}),
+    "infinite_loop_in_launcher": (
+        _edit([("    c = torch.empty_like(a)\n",
+                "    while True:\n        pass\n    c = torch.empty_like(a)\n")]),
+        {"3a": "time limit", "3b": "timed out"}),
+}
+
+# The expected scores are CPU mode's (part 4 "needs a GPU"); on a GPU machine the
+# solution is graded in GPU mode by test_the_solution_scores_full_marks_on_a_gpu.
+cpu_only = pytest.mark.skipif(helpers.is_gpu(), reason="expected scores are CPU mode's")
+gpu_only = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU")
+
+LIMITS = ["--cell-timeout", "60", "--part-timeout", "60", "--memory-gb", "3"]
+LOOP_LIMITS = ["--cell-timeout", "8", "--part-timeout", "8", "--memory-gb", "3"]
+
+
+def write_plants(folder: Path, plants: dict) -> None:
+    solution = nbformat.read(SOLUTION, as_version=4)
+    for name, (plant, _) in plants.items():
+        (folder / name).mkdir(parents=True)
+        nbformat.write(plant(solution), folder / name / SOLUTION.name)
+
+
+def _fingerprints(folder: Path) -> dict:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade every plant, the solution, the blank assignment and a corrupt file: one command."""
+    root = tmp_path_factory.mktemp("submissions")
+    write_plants(root, PLANTS)
+    (root / "solution").mkdir()
+    (root / "solution" / SOLUTION.name).write_bytes(SOLUTION.read_bytes())
+    (root / "blank").mkdir()
+    (root / "blank" / ASSIGNMENT.name).write_bytes(ASSIGNMENT.read_bytes())
+    (root / "corrupt").mkdir()
+    (root / "corrupt" / SOLUTION.name).write_text('{"cells": [ this is not json')
+    before = _fingerprints(root)
+    out = tmp_path_factory.mktemp("grades")
+    start = time.monotonic()
+    code = grader.main([str(root), "--out", str(out), "--jobs", "2", *LIMITS])
+    seconds = time.monotonic() - start
+    assert code == 0
+    reports = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    return {"reports": reports, "out": out, "root": root, "before": before, "seconds": seconds}
+
+
+def _parts(report) -> dict:
+    return {p["key"]: p for p in report["parts"]}
+
+
+def _assert_loses_exactly(report, expected: dict):
+    parts = _parts(report)
+    for key, part in parts.items():
+        if part["status"] == "needs a GPU":
+            assert part["points"] == 0 and part["max_points"] == POINTS[key]
+            continue
+        if key in expected:
+            assert part["points"] == 0, f"part {key} should lose its points: {part}"
+            assert expected[key].lower() in part["message"].lower(), (
+                f"part {key}'s message should name the mistake ({expected[key]!r}): "
+                f"{part['message']}")
+        else:
+            assert part["points"] == part["max_points"], f"part {key} should pass: {part}"
+    lost = sum(POINTS[k] for k in expected)
+    assert report["score"] == CPU_MAX - lost
+    assert report["max_score"] == CPU_MAX
+
+
+@cpu_only
+def test_the_solution_scores_full_marks(graded):
+    report = graded["reports"]["solution"]
+    assert report["score"] == report["max_score"] == CPU_MAX, json.dumps(report, indent=1)
+    statuses = {p["key"]: p["status"] for p in report["parts"]}
+    assert statuses["4"] == "needs a GPU" and report["pending_gpu_points"] == POINTS["4"]
+    assert report["cells"] == [], "the solution notebook should run without errors"
+
+
+@cpu_only
+def test_the_blank_assignment_scores_zero_and_says_not_implemented(graded):
+    report = graded["reports"]["blank"]
+    assert report["score"] == 0 and report["max_score"] == CPU_MAX
+    for part in report["parts"]:
+        expected = "needs a GPU" if part["key"] == "4" else "not implemented"
+        assert part["status"] == expected, part
+        assert expected in part["message"], part
+
+
+@cpu_only
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_a_planted_mistake_loses_exactly_its_points(graded, name):
+    _assert_loses_exactly(graded["reports"][name], PLANTS[name][1])
+
+
+@cpu_only
+def test_cells_that_crash_or_hog_memory_are_reported(graded):
+    cells = graded["reports"]["segfault_in_a_cell"]["cells"]
+    assert [c["status"] for c in cells] == ["died"]
+    assert "SIGSEGV" in cells[0]["evalue"]
+    hog = graded["reports"]["memory_hog"]["cells"]
+    assert len(hog) == 1 and "allocate" in hog[0]["evalue"], hog
+
+
+@cpu_only
+def test_an_unreadable_notebook_gets_zero_and_a_reason(graded):
+    report = graded["reports"]["corrupt"]
+    assert report["score"] == 0
+    assert "could not read the notebook" in report["error"]
+
+
+@cpu_only
+def test_grading_never_modifies_the_submissions(graded):
+    assert _fingerprints(graded["root"]) == graded["before"]
+
+
+@cpu_only
+def test_the_folder_becomes_a_gradebook(graded):
+    rows = list(csv.DictReader((graded["out"] / "gradebook.csv").open()))
+    by_student = {r["student"]: r for r in rows}
+    assert set(by_student) == set(PLANTS) | {"solution", "blank", "corrupt"}
+    assert by_student["solution"]["score"] == f"{CPU_MAX:g}"
+    assert by_student["solution"]["part 4"] == "GPU"
+    assert by_student["no_mask"]["part 3b"] == "0"
+    assert by_student["no_mask"]["part 3a"] == f"{POINTS['3a']:g}"
+    assert "SIGSEGV" in by_student["segfault_in_a_cell"]["notes"]
+
+
+@cpu_only
+def test_submissions_that_never_finish_are_stopped_at_their_limits(tmp_path):
+    write_plants(tmp_path / "in", LOOPERS)
+    out = tmp_path / "out"
+    start = time.monotonic()
+    assert grader.main([str(tmp_path / "in"), "--out", str(out), "--jobs", "2", *LOOP_LIMITS]) == 0
+    seconds = time.monotonic() - start
+    reports = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    for name, (_, expected) in LOOPERS.items():
+        _assert_loses_exactly(reports[name], expected)
+    stopped = reports["infinite_loop_cell"]["cells"]
+    assert stopped[0]["status"] == "timeout" and stopped[0]["seconds"] < 8 + 6
+    # Two notebooks in parallel, each stopped (a cell, a demo cell, one check) within its
+    # limits: far less than the default limits would allow.
+    assert seconds < 90, f"grading the loopers took {seconds:.0f} s"
+
+
+def test_the_report_table_reads_well():
+    report = grader.Report("x.ipynb", "alice", "03_vector_add_intensity", "cpu", parts=[
+        grader.PartResult("1a", "FLOPs", 1, 1, "passed", "1e+09 FLOP is right"),
+        grader.PartResult("4", "bandwidth", 0, 3, "needs a GPU", "needs a GPU: ...")])
+    text = report.to_text()
+    assert "alice: 1 / 1 points (100%, 3 more on a GPU)" in text
+    assert "1e+09 FLOP is right" in text and "total" in text
+
+
+@gpu_only
+@pytest.mark.gpu
+def test_the_solution_scores_full_marks_on_a_gpu(tmp_path):
+    """GPU mode: every part counts, the bandwidth part included."""
+    report = grader.grade_notebook(SOLUTION)
+    print("\n" + report.to_text())
+    assert report.score == report.max_score == SPEC.max_points, report.to_text()
+
+
+# --------------------------------------------------------------------------------------
+# The pieces, one at a time (fast, in this process).
+# --------------------------------------------------------------------------------------
+
+
+def test_build_replaces_each_solution_by_a_stub_at_its_indentation():
+    from helpers.grading import build
+
+    source = ("x = 1\n"
+              "def f(a):\n"
+              "    ### BEGIN SOLUTION\n"
+              "    return a + 1\n"
+              "    ### END SOLUTION\n")
+    text, regions = build.strip_solutions(source)
+    assert regions == 1
+    assert text == ("x = 1\ndef f(a):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n")
+    for bad in ("### BEGIN SOLUTION\nx = 1\n",
+                "### END SOLUTION\n",
+                "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n"):
+        with pytest.raises(build.MarkerError):
+            build.strip_solutions(bad)
+
+
+def test_the_bounds_guard_names_the_bad_access_and_cleans_up_after_itself():
+    import torch
+    import triton.runtime.interpreter as itp
+    import triton.runtime.jit as jit
+
+    from helpers.grading import bounds
+
+    from helpers.kernels.first_kernel import scale_shift_kernel
+
+    run_before = jit.JITFunction.run
+    x = torch.arange(100, dtype=torch.float32, device=helpers.device())
+    y = torch.zeros(100, device=helpers.device())
+    with bounds.watch() as log:
+        scale_shift_kernel[(2,)](x, y, 2.0, 1.0, 100, BLOCK_SIZE=64)   # masked: in bounds
+    assert [launch.name for launch in log.launches] == ["scale_shift_kernel"]
+    assert log.violations == [] and torch.equal(y, 2 * x + 1)
+    assert jit.JITFunction.run is run_before
+    assert "create_masked_load" not in vars(itp.interpreter_builder)
+
+
+def test_checks_run_on_a_namespace_without_a_notebook():
+    from helpers.grading import vector_add as checks
+
+    right = {"add_flops": 1e9, "add_bytes": 6e9, "add_intensity": 1 / 6, "add_bound": "memory",
+             "add_min_time_ms": 6e9 / 3350e9 * 1e3}
+    assert all(checks.check_napkin_math(right))
+    wrong = dict(right, add_bytes=4.8e10, add_bound="Compute-bound")
+    fb = {f.part[:2]: f for f in checks.check_napkin_math(wrong)}
+    assert "bits, not bytes" in fb["1b"].message and not fb["1d"].passed
+    blank = checks.check_variants({})
+    assert [f.status for f in blank] == ["not implemented"] * 5
+    odd = checks.check_variants({"could_cross": "fma chain"})
+    assert "expected a set" in odd[-1].message
