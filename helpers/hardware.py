@@ -176,10 +176,11 @@ _add(GPUSpec(
     key="H200", name="NVIDIA H200 SXM 141GB", architecture="Hopper", compute_capability=(9, 0),
     memory_gib=141, hbm_bandwidth_gbs=4800,
     peak_tflops={"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
-    sm_count=132, smem_per_sm_kib=228, l2_mib=50,
+    sm_count=132, smem_per_sm_kib=228, l2_mib=60,
     sources={
         "bandwidth, compute, memory": "NVIDIA H200 Tensor Core GPU datasheet (tensor figures quoted with sparsity, halved here), https://www.nvidia.com/en-us/data-center/h200/",
-        "sm_count, l2, smem": "same GH100 chip as H100 SXM5: NVIDIA H100 Tensor Core GPU Architecture whitepaper",
+        "sm_count, smem": "same GH100 chip as H100 SXM5: NVIDIA H100 Tensor Core GPU Architecture whitepaper",
+        "l2": "cudaGetDeviceProperties on an H200 (L2_cache_size = 62914560 B = 60 MiB; memory_wall record)",
     },
 ))
 _add(GPUSpec(

@@ -1,0 +1,138 @@
+"""Napkin math checked against cases small enough to count on paper."""
+
+import math
+
+import pytest
+
+from helpers import hardware, intensity, roofline
+
+H100 = hardware.GPUS["H100-SXM"]
+
+
+def test_vector_add_and_axpy_by_hand():
+    w = intensity.vector_add(1000, "fp32")
+    assert (w.flops, w.nbytes) == (1000, 12_000)     # 1 add; read a, b, write c: 3 x 4 B
+    assert w.intensity == pytest.approx(1 / 12)
+    w = intensity.axpy(10, "fp16")
+    assert (w.flops, w.nbytes) == (20, 60)           # multiply + add; read x, y, write y
+    assert intensity.copy(8, "bf16").nbytes == 32 and intensity.copy(8, "bf16").flops == 0
+
+
+def test_row_ops_by_hand():
+    assert (intensity.softmax(2, 3, "fp32").flops, intensity.softmax(2, 3, "fp32").nbytes) == \
+        (2 * 3 * intensity.SOFTMAX_FLOPS_PER_ELEMENT, 48)
+    ln = intensity.layer_norm(2, 3, "fp32")
+    assert ln.flops == 6 * intensity.LAYER_NORM_FLOPS_PER_ELEMENT
+    assert ln.nbytes == 2 * 6 * 4 + 2 * 3 * 4       # x in, y out, weight + bias once
+    rs = intensity.row_sum(2, 3, "fp16")
+    assert (rs.flops, rs.nbytes) == (6, 6 * 2 + 2 * 4)  # fp32 results
+
+
+def test_matmul_by_hand():
+    w = intensity.matmul(2, 3, 4, "fp32")
+    assert w.flops == 2 * 2 * 3 * 4 == 48
+    assert w.nbytes == (2 * 4 + 4 * 3 + 2 * 3) * 4 == 104
+    # Naive: 1x1 "tiles" re-read A once per column of C and B once per row.
+    naive = intensity.matmul(2, 2, 2, "fp32", block_m=1, block_n=1)
+    assert naive.nbytes == (4 * 2 + 4 * 2 + 4) * 4 == 80
+    # Tiles as large as C: the compulsory count again.
+    assert intensity.matmul(64, 64, 64, "fp16", 64, 64).nbytes == \
+        intensity.matmul(64, 64, 64, "fp16").nbytes
+
+
+def test_square_matmul_intensity_grows_like_n():
+    # 2 n^3 / (3 n^2 s): n / 3 FLOP per byte in 2-byte types.
+    for n in (128, 1024, 8192):
+        assert intensity.matmul(n, n, n, "bf16").intensity == pytest.approx(n / 3)
+
+
+def test_tiling_raises_intensity():
+    sizes = [intensity.matmul(4096, 4096, 4096, "bf16", b, b).intensity for b in (1, 16, 128)]
+    assert sizes == sorted(sizes) and sizes[-1] > 50 * sizes[0]
+
+
+def test_attention_by_hand():
+    mat = intensity.attention_materialised(1, 4, 2, "fp16")
+    tiled = intensity.attention_tiled(1, 4, 2, "fp16")
+    flops = 4 * 16 * 2 + intensity.SOFTMAX_FLOPS_PER_ELEMENT * 16
+    assert mat.flops == tiled.flops == flops
+    assert mat.nbytes == (4 * 4 * 2 + 4 * 16) * 2    # Q, K, V, O plus S and P twice each
+    assert tiled.nbytes == 4 * 4 * 2 * 2             # Q, K, V, O only
+    assert intensity.attention_tiled(8, 4, 2, "fp16").nbytes == 8 * tiled.nbytes
+
+
+def test_attention_materialised_intensity_saturates():
+    # Materialised: intensity tends to a constant as seq grows; tiled: grows like seq.
+    mats = [intensity.attention_materialised(1, s, 128, "bf16").intensity for s in (4096, 65536)]
+    tiles = [intensity.attention_tiled(1, s, 128, "bf16").intensity for s in (4096, 65536)]
+    assert mats[1] / mats[0] < 1.1
+    assert tiles[1] / tiles[0] == pytest.approx(16, rel=0.01)
+
+
+def test_peak_dtype_rules():
+    assert intensity.softmax(4, 4, "bf16").peak_dtype == "fp32"   # CUDA cores, not tensor cores
+    assert intensity.matmul(4, 4, 4, "bf16").peak_dtype == "bf16"
+    assert intensity.attention_tiled(1, 4, 2, "fp16").peak_dtype == "fp16"
+
+
+def test_predict_memory_compute_latency():
+    # 3.35 GB at 3350 GB/s is exactly 1 ms.
+    w = intensity.Work("made-up stream", "-", "fp32", flops=1, nbytes=3_350_000_000,
+                       peak_dtype="fp32", counting="test")
+    p = intensity.predict(w, H100)
+    assert p.memory_ms == pytest.approx(1.0) and p.bound == "memory"
+    assert p.time_ms == pytest.approx(1.0)
+    assert intensity.predict(w, H100, launch_us=5).time_ms == pytest.approx(1.005)
+    big = intensity.predict(intensity.matmul(8192, 8192, 8192, "bf16"), H100)
+    assert big.bound == "compute"
+    assert big.compute_ms == pytest.approx(2 * 8192**3 / 989.4e12 * 1e3)
+    tiny = intensity.predict(intensity.matmul(64, 64, 64, "bf16"), H100, launch_us=5)
+    assert tiny.bound == "latency" and tiny.time_ms == pytest.approx(0.005, rel=0.01)
+
+
+@pytest.mark.parametrize("op", list(intensity.CATALOGUE))
+def test_predict_agrees_with_roofline_without_launch(op):
+    entry = intensity.CATALOGUE[op]
+    for log2 in entry.log2_range:
+        w = intensity.work_for(op, 2**log2, "bf16")
+        p = intensity.predict(w, H100)
+        assert p.bound == roofline.bound(w.intensity, H100, w.peak_dtype)
+        assert p.time_ms == pytest.approx(
+            roofline.predicted_time_ms(w.flops, w.nbytes, H100, w.peak_dtype))
+        assert p.tflops <= H100.peak(w.peak_dtype) * (1 + 1e-9)
+
+
+def test_table_is_deterministic():
+    text = intensity.table([intensity.vector_add(2**20, "fp32"), intensity.matmul(8, 8, 8)])
+    assert "vector add" in text and "0.0833" in text and text == intensity.table(
+        [intensity.vector_add(2**20, "fp32"), intensity.matmul(8, 8, 8)])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "8"])
+def test_bad_sizes(bad):
+    with pytest.raises(ValueError, match="positive whole number"):
+        intensity.vector_add(bad)
+
+
+def test_other_bad_inputs():
+    with pytest.raises(ValueError, match="unknown data type"):
+        intensity.vector_add(4, "int8")
+    with pytest.raises(ValueError, match="both block_m and block_n"):
+        intensity.matmul(4, 4, 4, block_m=2)
+    with pytest.raises(ValueError, match="intensity is undefined"):
+        _ = intensity.Work("x", "-", "fp32", 0, 0, "fp32", "").intensity
+    with pytest.raises(KeyError, match="choose one of"):
+        intensity.work_for("convolution", 8)
+    with pytest.raises(ValueError, match="launch_us"):
+        intensity.predict(intensity.vector_add(4), H100, launch_us=-1)
+    with pytest.raises(ValueError, match="no fp8 peak|tensor cores do not support"):
+        intensity.predict(intensity.matmul(4, 4, 4, "fp8"), hardware.GPUS["A100-80GB"])
+
+
+def test_element_bytes():
+    assert [intensity.element_bytes(d) for d in ("fp32", "tf32", "fp16", "bf16", "fp8")] == \
+        [4, 4, 2, 2, 1]
+    import torch
+
+    assert intensity.element_bytes(torch.bfloat16) == 2
+    assert math.isclose(intensity.vector_add(3, torch.float16).intensity, 1 / 6)
