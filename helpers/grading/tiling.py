@@ -21,6 +21,7 @@ are chosen around them, so that there are partial tiles on every edge whatever t
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 
@@ -276,6 +277,7 @@ class _Battery:
         self.accumulation: _Trial | None = None
         self.compiled_problem: str | None = None
         self.blocks = None
+        self.unguarded: str | None = None     # why loads and stores were not watched
 
     @property
     def trials(self):
@@ -323,6 +325,37 @@ def _accumulation_trial(fn, namespace, log, blocks, device=None) -> _Trial:
     return trial
 
 
+@contextlib.contextmanager
+def _device_functions_interpreted():
+    """GPU mode: let an interpreted kernel call Triton's own @jit helpers (tl.zeros, ...).
+
+    On a GPU, ``triton.language``'s helpers such as ``tl.zeros`` or ``tl.cdiv`` are compiled
+    JIT functions, which refuse a direct call ("Cannot call @triton.jit'd outside of the
+    scope of a kernel"). Inside the interpreted twin of a notebook's kernel (see
+    :func:`helpers.grading.bounds.interpreted`) each such call runs the helper's interpreted
+    twin instead, as it would in CPU mode.
+    """
+    if not runtime.is_gpu():
+        yield
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.__call__
+    twins: dict = {}
+
+    def call(self, *args, **kwargs):
+        if self.fn not in twins:
+            twins[self.fn] = InterpretedFunction(self.fn)
+        return twins[self.fn](*args, **kwargs)
+
+    JITFunction.__call__ = call
+    try:
+        yield
+    finally:
+        JITFunction.__call__ = original
+
+
 _memo: list = []
 
 
@@ -333,7 +366,16 @@ def _battery(namespace) -> _Battery:
         if k[0] is key[0] and k[1] == key[1]:
             return result
     battery = _Battery()
-    with bounds.interpreted(namespace), bounds.watch(guard=True) as log:
+    battery.unguarded = _unguarded_reason()
+    if battery.unguarded:   # GPU mode, the interpreter unusable: the trials run compiled
+        watching = contextlib.ExitStack()
+        log = watching.enter_context(bounds.watch(guard=False))
+    else:
+        watching = contextlib.ExitStack()
+        watching.enter_context(bounds.interpreted(namespace))
+        watching.enter_context(_device_functions_interpreted())
+        log = watching.enter_context(bounds.watch(guard=True))
+    with watching:
         first = _one_trial(fn, namespace, "contiguous", (3, 5, 7), FP16, 0, log, None)
         battery.plain.append(first)
         battery.blocks = first.blocks
@@ -351,6 +393,27 @@ def _battery(namespace) -> _Battery:
         battery.compiled_problem = _compiled_run(fn, namespace, battery.blocks)
     _memo[:] = [(key, battery)]
     return battery
+
+
+def _unguarded_reason() -> str | None:
+    """Why this GPU machine cannot watch the kernel's loads and stores, or ``None``.
+
+    The watch runs the kernel in Triton's interpreter. Triton < 3.7's interpreter stops on
+    any kernel with a loop under NumPy >= 2.4 (see :func:`helpers.runtime.check_versions`);
+    the course's pinned versions do not have that problem, a hand-made environment may.
+    """
+    if not runtime.is_gpu():
+        return None
+    import numpy
+    import triton
+
+    version = runtime._version_tuple
+    if version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 4):
+        return (f"this machine's Triton {triton.__version__} interpreter cannot run kernels "
+                f"with loops under NumPy {numpy.__version__}, so loads and stores could not "
+                "be watched here (the other parts ran compiled). Grade with the course's "
+                "environment (./course env: Triton 3.7.1) or in CPU mode")
+    return None
 
 
 def _compiled_run(fn, namespace, blocks) -> str | None:
@@ -420,9 +483,17 @@ def _in_bounds(ns):
     battery = _battery(ns)
     if battery.not_implemented:
         return not_implemented(part)
+    if battery.unguarded:
+        return Feedback(part, False, battery.unguarded, status="error")
     if not battery.ran_own_kernel:
         return Feedback(part, False, f"no kernel of yours ran, so nothing to check: "
                         f"{battery.trials[0].problem}")
+    crashed = [t for t in battery.trials if t.own_launches and t.problem
+               and t.problem.startswith("matmul(a, b) raised")]
+    if crashed and not battery.violations:
+        return Feedback(part, False, f"your kernel stopped with an error, so its loads and "
+                        f"stores could not all be watched: {crashed[0].where}: "
+                        f"{crashed[0].problem}")
     if battery.violations:
         t, v = battery.violations[0]
         shapes = sorted({t.shape for t, _ in battery.violations})
@@ -496,7 +567,8 @@ def measure_speed(fn, n: int = SPEED_N, dtype=FP16) -> dict:
         cublas = bench.time_ms(lambda: torch.matmul(a, b))
     flops = mm.flops(n, n, n)
     return {"ok": ok, "yours_ms": yours, "cublas_ms": cublas, "ratio": cublas / yours,
-            "yours_tflops": bench.tflops(flops, yours), "cublas_tflops": bench.tflops(flops, cublas),
+            "yours_tflops": bench.tflops(flops, yours),
+            "cublas_tflops": bench.tflops(flops, cublas),
             "gpu": torch.cuda.get_device_name()}
 
 
