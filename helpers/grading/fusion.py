@@ -19,6 +19,7 @@ Parts (20 points; 15 graded in CPU mode, the last 5 on a GPU):
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import torch
@@ -156,6 +157,7 @@ class _Trial:
         self.shape, self.dtype = shape, dtype
         self.problem: str | None = None
         self.not_implemented = False
+        self.raised = False
         self.own_launches = 0
         self.violations: list = []
 
@@ -238,6 +240,7 @@ def _one_trial(fn, namespace, shape, dtype, seed, log, device=None) -> _Trial:
             torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001 - the learner's error, reported
         trial.not_implemented = is_not_implemented(err)
+        trial.raised = True
         detail = str(err).strip().splitlines()
         trial.problem = (f"residual_rmsnorm(x, residual, weight) raised {type(err).__name__}"
                          + (f": {detail[-1][:300]}" if detail else ""))
@@ -283,6 +286,42 @@ class _Battery:
         return f"{shapes} in {', '.join(_name(d) for d in DTYPES)}"
 
 
+@contextlib.contextmanager
+def _device_functions_interpreted():
+    """Let an interpreted kernel call Triton's own ``@triton.jit`` helpers, in GPU mode.
+
+    In GPU mode ``tl.sum``, ``tl.max`` and their kin are compiled-kernel functions
+    (``JITFunction``), which refuse to be called from Python. The interpreted twin of the
+    learner's kernel (:func:`bounds.interpreted`) calls them as Python, so while this block
+    runs, such a call goes through the interpreter, as it does in CPU mode.
+    """
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if not isinstance(tl.standard.sum, JITFunction):   # CPU mode: already interpreted
+        yield
+        return
+    twins: dict = {}
+    had_own = "__call__" in vars(JITFunction)
+    original = vars(JITFunction).get("__call__")
+
+    def call(self, *args, **kwargs):
+        twin = twins.get(id(self))      # by id: hashing a JITFunction parses its source
+        if twin is None:
+            twin = twins[id(self)] = InterpretedFunction(self.fn)
+        return twin(*args, **kwargs)
+
+    JITFunction.__call__ = call
+    try:
+        yield
+    finally:
+        if had_own:
+            JITFunction.__call__ = original
+        else:
+            del JITFunction.__call__
+
+
 _memo: list = []
 
 
@@ -293,7 +332,8 @@ def _battery(namespace) -> _Battery:
         if k[0] is key[0] and k[1] == key[1]:
             return result
     trials = []
-    with bounds.interpreted(namespace), bounds.watch(guard=True) as log:
+    with bounds.interpreted(namespace), _device_functions_interpreted(), \
+            bounds.watch(guard=True) as log:
         first = _one_trial(fn, namespace, SHAPES[2], torch.float32, 0, log)
         trials.append(first)
         if not first.not_implemented:
@@ -349,6 +389,11 @@ def _kernel_in_bounds(ns):
         return Feedback(part, False, f"at {t.where}, {v.describe()}. The row is shorter than "
                         "BLOCK_SIZE: mask = cols < n_cols, on every tl.load and tl.store "
                         "(the weight's too)")
+    raised = [t for t in battery.trials if t.raised]
+    if raised:
+        t = raised[0]
+        return Feedback(part, False, f"could not be checked: at {t.where}, {t.problem}; a call "
+                        "that fails never shows all the loads and stores it would make")
     return Feedback(part, True, f"every load and store stayed inside x, residual, weight, h and "
                     f"y on {battery.tested()}")
 
@@ -410,7 +455,7 @@ def _needs_correct_kernel(ns, part) -> Feedback | None:
 def _speed(ns):
     part = "3a faster than eager PyTorch"
     blocked = _needs_correct_kernel(ns, part)
-    if blocked:
+    if blocked is not None:   # a failed Feedback is falsy: test for None
         return blocked
     t = _timings(ns)
     ratio = t["eager"] / t["yours"]
@@ -425,7 +470,7 @@ def _speed(ns):
 def _near_prediction(ns):
     part = "3b within 20% of the predicted time"
     blocked = _needs_correct_kernel(ns, part)
-    if blocked:
+    if blocked is not None:   # a failed Feedback is falsy: test for None
         return blocked
     t = _timings(ns)
     limit = TIME_SLACK * t["predicted"]
