@@ -1,0 +1,43 @@
+"""Checks for lesson 05 (kernel fusion): counting what each version moves.
+
+Every expected value comes from the napkin math of :mod:`helpers.kernels.gelu` and
+:mod:`helpers.kernels.softmax`, never from a typed-in number.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..feedback import Feedback, check_number
+from ..kernels import gelu as gk
+from ..kernels import softmax as sk
+
+
+def check_swiglu_bytes(answer, m: int, n: int, dtype=torch.bfloat16) -> Feedback:
+    """Exercise: DRAM bytes of eager SwiGLU, ``silu(gate) * up``, on ``m x n`` tensors."""
+    s = gk.element_size(dtype)
+    mn = m * n
+    return check_number(
+        "bytes of eager SwiGLU", answer, gk.bytes_moved("swiglu_eager", m, n, dtype), rel=0.01,
+        unit="B", mistakes=[
+            (gk.bytes_moved("swiglu_fused", m, n, dtype),
+             "you counted the fused kernel: read gate and up, write y. Eager SiLU also writes "
+             "silu(gate) to DRAM and the product reads it back"),
+            (3 * mn * s, "you counted the reads only (gate, silu(gate), up)"),
+            (4 * mn * s, "you left out one of the two kernels' traffic: SiLU reads gate and "
+                         "writes s; the product reads s and up and writes y"),
+            (5 * mn, "you counted elements, not bytes")],
+        hint="two kernels: list what each reads and writes, M x N elements each")
+
+
+def check_online_softmax_bytes(answer, m: int, n: int, dtype=torch.float16) -> Feedback:
+    """Exercise: DRAM bytes of the online (two-pass) softmax on an ``m x n`` input."""
+    s = sk.element_size(dtype)
+    return check_number(
+        "bytes of the online softmax", answer, sk.bytes_moved("online", m, n, dtype), rel=0.01,
+        unit="B", mistakes=[
+            (sk.bytes_moved("fused", m, n, dtype), "that is the row-in-registers kernel: the "
+                                                    "online one reads each row twice"),
+            (4 * m * n * s, "the second pass writes y once; it does not write anything else"),
+            (3 * m * n, "you counted elements, not bytes")],
+        hint="pass 1 reads the row; pass 2 reads it again and writes y")
