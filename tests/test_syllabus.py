@@ -1,7 +1,6 @@
 """The syllabus in helpers, the notebooks on disk and the README agree."""
 
 import re
-from pathlib import Path
 
 from helpers.syllabus import LESSONS, ROOT
 

@@ -357,6 +357,7 @@ def interpreted(namespace: dict):
 
     swapped = {}
     snapshot = None
+    helpers_interpreted = contextlib.ExitStack()
     if runtime.is_gpu():
         from triton.runtime.interpreter import InterpretedFunction
 
@@ -364,13 +365,48 @@ def interpreted(namespace: dict):
             swapped[name] = kernel
             namespace[name] = InterpretedFunction(kernel.fn)
         snapshot = _language_snapshot() if swapped else None
+        if swapped:
+            helpers_interpreted.enter_context(_device_functions_interpreted())
     try:
-        yield sorted(swapped)
+        with helpers_interpreted:
+            yield sorted(swapped)
     finally:
         for name, kernel in swapped.items():
             namespace[name] = kernel
         if snapshot is not None:
             _language_restore(snapshot)
+
+
+@contextlib.contextmanager
+def _device_functions_interpreted():
+    """Let an interpreted twin call Triton's own ``@triton.jit`` helpers, in GPU mode.
+
+    On a GPU, helpers of ``triton.language`` such as ``tl.sum``, ``tl.zeros`` or
+    ``tl.cdiv`` are compiled-kernel functions (``JITFunction``), which refuse a call from
+    Python ("Cannot call @triton.jit'd outside of the scope of a kernel"). While this block
+    runs, such a call goes to the helper's interpreted twin instead, as in CPU mode.
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    twins: dict = {}
+    had_own = "__call__" in vars(JITFunction)
+    original = vars(JITFunction).get("__call__")
+
+    def call(self, *args, **kwargs):
+        twin = twins.get(id(self))      # by id: hashing a JITFunction parses its source
+        if twin is None:
+            twin = twins[id(self)] = InterpretedFunction(self.fn)
+        return twin(*args, **kwargs)
+
+    JITFunction.__call__ = call
+    try:
+        yield
+    finally:
+        if had_own:
+            JITFunction.__call__ = original
+        else:
+            del JITFunction.__call__
 
 
 def _language_objects():

@@ -19,8 +19,6 @@ Parts (20 points; 15 graded in CPU mode, the last 5 on a GPU):
 
 from __future__ import annotations
 
-import contextlib
-import sys
 
 import torch
 
@@ -28,7 +26,9 @@ from .. import runtime
 from ..feedback import Feedback, check_number, not_implemented
 from ..kernels import rmsnorm as rk
 from . import bounds
-from .registry import Assignment, Part, answer, is_not_implemented, run_checks
+from .gpu import gpu_lock
+from .registry import (Assignment, Part, answer, caller_namespace, is_not_implemented,
+                       run_checks)
 
 M, N = 4096, 8192
 BF16 = torch.bfloat16
@@ -286,42 +286,6 @@ class _Battery:
         return f"{shapes} in {', '.join(_name(d) for d in DTYPES)}"
 
 
-@contextlib.contextmanager
-def _device_functions_interpreted():
-    """Let an interpreted kernel call Triton's own ``@triton.jit`` helpers, in GPU mode.
-
-    In GPU mode ``tl.sum``, ``tl.max`` and their kin are compiled-kernel functions
-    (``JITFunction``), which refuse to be called from Python. The interpreted twin of the
-    learner's kernel (:func:`bounds.interpreted`) calls them as Python, so while this block
-    runs, such a call goes through the interpreter, as it does in CPU mode.
-    """
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    if not isinstance(tl.standard.sum, JITFunction):   # CPU mode: already interpreted
-        yield
-        return
-    twins: dict = {}
-    had_own = "__call__" in vars(JITFunction)
-    original = vars(JITFunction).get("__call__")
-
-    def call(self, *args, **kwargs):
-        twin = twins.get(id(self))      # by id: hashing a JITFunction parses its source
-        if twin is None:
-            twin = twins[id(self)] = InterpretedFunction(self.fn)
-        return twin(*args, **kwargs)
-
-    JITFunction.__call__ = call
-    try:
-        yield
-    finally:
-        if had_own:
-            JITFunction.__call__ = original
-        else:
-            del JITFunction.__call__
-
-
 _memo: list = []
 
 
@@ -332,8 +296,7 @@ def _battery(namespace) -> _Battery:
         if k[0] is key[0] and k[1] == key[1]:
             return result
     trials = []
-    with bounds.interpreted(namespace), _device_functions_interpreted(), \
-            bounds.watch(guard=True) as log:
+    with bounds.interpreted(namespace), bounds.watch(guard=True) as log:
         first = _one_trial(fn, namespace, SHAPES[2], torch.float32, 0, log)
         trials.append(first)
         if not first.not_implemented:
@@ -405,25 +368,6 @@ def _kernel_in_bounds(ns):
 _timing: list = []
 
 
-class _gpu_lock:
-    """One timing at a time on this machine, while the grader grades in parallel."""
-
-    def __enter__(self):
-        import fcntl
-        import tempfile
-        from pathlib import Path
-
-        self._f = open(Path(tempfile.gettempdir()) / "course-grading-gpu.lock", "w")
-        fcntl.flock(self._f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        fcntl.flock(self._f, fcntl.LOCK_UN)
-        self._f.close()
-
-
 def _timings(ns) -> dict | Feedback:
     fn = answer(ns, "residual_rmsnorm", callable_=True)
     for k, result in _timing:
@@ -432,7 +376,7 @@ def _timings(ns) -> dict | Feedback:
     from .. import bench, hardware
 
     x, r, w = _inputs(M, N, BF16, 900, "cuda")
-    with _gpu_lock():
+    with gpu_lock():
         copy = hardware.measure_copy_bandwidth()
         fn(x, r, w)
         yours = bench.time_ms(lambda: fn(x, r, w))
@@ -507,23 +451,19 @@ ASSIGNMENT = Assignment(
 )
 
 
-def _caller_namespace(namespace):
-    return namespace if namespace is not None else sys._getframe(2).f_globals
-
-
 def check_napkin_math(namespace: dict | None = None):
     """Part 1: ``eager_bytes``, ``fused_bytes``, ``predicted_speedup``, ``predicted_ms``."""
-    return run_checks(ASSIGNMENT, ("1a", "1b", "1c", "1d"), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("1a", "1b", "1c", "1d"), caller_namespace(namespace))
 
 
 def check_kernel(namespace: dict | None = None):
     """Part 2: ``residual_rmsnorm`` on awkward shapes and dtypes, its kernel bounds-checked."""
     _memo.clear()    # the learner may have edited the kernel since the last call
     _timing.clear()
-    return run_checks(ASSIGNMENT, ("2a", "2b"), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("2a", "2b"), caller_namespace(namespace))
 
 
 def check_speed(namespace: dict | None = None):
     """Part 3: timed against the eager version (GPU mode; pending on a CPU)."""
     _timing.clear()
-    return run_checks(ASSIGNMENT, ("3a", "3b"), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("3a", "3b"), caller_namespace(namespace))

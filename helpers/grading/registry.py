@@ -166,6 +166,14 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+def caller_namespace(namespace: dict | None) -> dict:
+    """The globals of the notebook that called a ``check_*`` function (two frames up).
+
+    ``check_kernel()`` with no argument checks the names the learner's notebook defined.
+    """
+    return namespace if namespace is not None else sys._getframe(2).f_globals
+
+
 def run_checks(assignment: Assignment, keys, namespace: dict) -> Results:
     """Check the parts ``keys`` of ``assignment`` on ``namespace`` (for ``check_*`` calls)."""
     return Results([(p, evaluate(p, namespace)[0]) for p in map(assignment.part, keys)])

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 
 import torch
 
@@ -31,7 +30,9 @@ from .. import runtime
 from ..feedback import Feedback, check_number, not_implemented
 from ..kernels import matmul as mm
 from . import bounds
-from .registry import Assignment, Part, answer, is_not_implemented, run_checks
+from .gpu import gpu_lock
+from .registry import (Assignment, Part, answer, caller_namespace, is_not_implemented,
+                       run_checks)
 
 FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
 
@@ -325,37 +326,6 @@ def _accumulation_trial(fn, namespace, log, blocks, device=None) -> _Trial:
     return trial
 
 
-@contextlib.contextmanager
-def _device_functions_interpreted():
-    """GPU mode: let an interpreted kernel call Triton's own @jit helpers (tl.zeros, ...).
-
-    On a GPU, ``triton.language``'s helpers such as ``tl.zeros`` or ``tl.cdiv`` are compiled
-    JIT functions, which refuse a direct call ("Cannot call @triton.jit'd outside of the
-    scope of a kernel"). Inside the interpreted twin of a notebook's kernel (see
-    :func:`helpers.grading.bounds.interpreted`) each such call runs the helper's interpreted
-    twin instead, as it would in CPU mode.
-    """
-    if not runtime.is_gpu():
-        yield
-        return
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    original = JITFunction.__call__
-    twins: dict = {}
-
-    def call(self, *args, **kwargs):
-        if self.fn not in twins:
-            twins[self.fn] = InterpretedFunction(self.fn)
-        return twins[self.fn](*args, **kwargs)
-
-    JITFunction.__call__ = call
-    try:
-        yield
-    finally:
-        JITFunction.__call__ = original
-
-
 _memo: list = []
 
 
@@ -373,7 +343,6 @@ def _battery(namespace) -> _Battery:
     else:
         watching = contextlib.ExitStack()
         watching.enter_context(bounds.interpreted(namespace))
-        watching.enter_context(_device_functions_interpreted())
         log = watching.enter_context(bounds.watch(guard=True))
     with watching:
         first = _one_trial(fn, namespace, "contiguous", (3, 5, 7), FP16, 0, log, None)
@@ -535,32 +504,13 @@ def _fp32_accumulation(ns):
 # ------------------------------------------------------------------------------------
 
 
-class _gpu_lock:
-    """One timing at a time on this machine, while the grader grades in parallel."""
-
-    def __enter__(self):
-        import fcntl
-        import tempfile
-        from pathlib import Path
-
-        self._f = open(Path(tempfile.gettempdir()) / "course-grading-gpu.lock", "w")
-        fcntl.flock(self._f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        fcntl.flock(self._f, fcntl.LOCK_UN)
-        self._f.close()
-
-
 def measure_speed(fn, n: int = SPEED_N, dtype=FP16) -> dict:
     """Time ``fn`` and ``torch.matmul`` on the same random n x n inputs (GPU)."""
     from .. import bench
 
     runtime.require_gpu("timing a matmul")
     a, b = _random(n, n, n, dtype, 900, "cuda")
-    with _gpu_lock():
+    with gpu_lock():
         c = fn(a, b)
         ok = torch.allclose(c.float(), torch.matmul(a, b).float(), atol=0.5, rtol=0.02)
         yours = bench.time_ms(lambda: fn(a, b))
@@ -611,21 +561,17 @@ ASSIGNMENT = Assignment(
 )
 
 
-def _caller_namespace(namespace):
-    return namespace if namespace is not None else sys._getframe(2).f_globals
-
-
 def check_napkin_math(namespace: dict | None = None):
     """Part 1: ``tile_intensity`` and ``tile_sram_bytes``."""
-    return run_checks(ASSIGNMENT, ("1a", "1b"), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("1a", "1b"), caller_namespace(namespace))
 
 
 def check_kernel(namespace: dict | None = None):
     """Part 2: ``matmul`` on awkward shapes, strided inputs, bounds and fp32 accumulation."""
     _memo.clear()   # the learner may have edited the kernel since the last call
-    return run_checks(ASSIGNMENT, ("2a", "2b", "2c", "2d"), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("2a", "2b", "2c", "2d"), caller_namespace(namespace))
 
 
 def check_speed(namespace: dict | None = None):
     """Part 3: speed against torch.matmul at 4096^3 fp16 (GPU mode; pending on a CPU)."""
-    return run_checks(ASSIGNMENT, ("3",), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("3",), caller_namespace(namespace))

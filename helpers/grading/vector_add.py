@@ -23,7 +23,6 @@ Parts (20 points; 17 graded in CPU mode, the last 3 on a GPU):
 from __future__ import annotations
 
 import math
-import sys
 
 import torch
 
@@ -31,7 +30,9 @@ from .. import hardware, roofline, runtime
 from ..feedback import Feedback, check_choice, check_number, needs_gpu, not_implemented
 from ..kernels import vector_add as va
 from . import bounds
-from .registry import Assignment, Part, answer, is_not_implemented, run_checks
+from .gpu import gpu_lock
+from .registry import (Assignment, Part, answer, caller_namespace, is_not_implemented,
+                       run_checks)
 
 GPU = hardware.GPUS["H100-SXM"]
 COMPUTE_ROOF = "fp32"          # elementwise arithmetic: CUDA cores
@@ -492,7 +493,7 @@ def _bandwidth(ns):
 
     fn = answer(ns, "vector_add", callable_=True)
     lines, best = [], 0.0
-    with _gpu_lock():   # side by side, and alone on the GPU
+    with gpu_lock():   # side by side, and alone on the GPU
         for dtype in ("fp16", "fp32"):
             try:
                 row = time_pair(BIG_N, dtype, fn=fn)
@@ -509,25 +510,6 @@ def _bandwidth(ns):
     return Feedback(part, False, f"{text}. The target is {PASS_FRACTION:.0%}: check that each "
                     "program handles a block of at least 512 elements and that nothing but the "
                     "kernel runs inside vector_add (no .cpu(), no copies, no synchronize)")
-
-
-class _gpu_lock:
-    """One timing at a time on this machine, while the grader grades in parallel."""
-
-    def __enter__(self):
-        import fcntl
-        import tempfile
-        from pathlib import Path
-
-        self._f = open(Path(tempfile.gettempdir()) / "course-grading-gpu.lock", "w")
-        fcntl.flock(self._f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        fcntl.flock(self._f, fcntl.LOCK_UN)
-        self._f.close()
 
 
 # ------------------------------------------------------------------------------------
@@ -557,27 +539,23 @@ ASSIGNMENT = Assignment(
 )
 
 
-def _caller_namespace(namespace):
-    return namespace if namespace is not None else sys._getframe(2).f_globals
-
-
 def check_napkin_math(namespace: dict | None = None):
     """Part 1: ``add_flops``, ``add_bytes``, ``add_intensity``, ``add_bound``, ``add_min_time_ms``."""
-    return run_checks(ASSIGNMENT, ("1a", "1b", "1c", "1d", "1e"), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("1a", "1b", "1c", "1d", "1e"), caller_namespace(namespace))
 
 
 def check_variants(namespace: dict | None = None):
     """Part 2: ``fp32_intensity``, ``inplace_intensity``, ``three_input_intensity``,
     ``fma_chain_k``, ``could_cross``."""
-    return run_checks(ASSIGNMENT, ("2a", "2b", "2c", "2d", "2e"), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("2a", "2b", "2c", "2d", "2e"), caller_namespace(namespace))
 
 
 def check_kernel(namespace: dict | None = None):
     """Part 3: ``vector_add`` on awkward sizes, with its kernel bounds-checked."""
     _memo.clear()   # the learner may have edited the kernel since the last call
-    return run_checks(ASSIGNMENT, ("3a", "3b"), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("3a", "3b"), caller_namespace(namespace))
 
 
 def check_bandwidth(namespace: dict | None = None):
     """Part 4: achieved bandwidth at 2^28 elements (GPU mode; reported as pending on a CPU)."""
-    return run_checks(ASSIGNMENT, ("4",), _caller_namespace(namespace))
+    return run_checks(ASSIGNMENT, ("4",), caller_namespace(namespace))
