@@ -13,7 +13,6 @@ parallel, as an instructor would; the tests then read its JSON reports and grade
 
 from __future__ import annotations
 
-import copy
 import csv
 import hashlib
 import json
@@ -26,6 +25,8 @@ import pytest
 import helpers
 from helpers.grading import grader, registry
 
+from planting import edit  # tests/planting.py
+
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "03_vector_add_intensity.ipynb"
 ASSIGNMENT = REPO / "assignments" / "03_vector_add_intensity.ipynb"
@@ -34,23 +35,7 @@ CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
 POINTS = {p.key: p.points for p in SPEC.parts}
 
 
-def _edit(replace=(), append=(), insert_after_first=()):
-    """A function that plants a mistake in a copy of the solution notebook."""
-
-    def apply(nb):
-        nb = copy.deepcopy(nb)
-        for old, new in replace:
-            hits = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
-            assert len(hits) == 1, f"the solution changed: {old!r} found {len(hits)} times"
-            hits[0].source = hits[0].source.replace(old, new)
-        for i, src in enumerate(insert_after_first):
-            first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-            nb.cells.insert(first + 1 + i, nbformat.v4.new_code_cell(src))
-        for src in append:
-            nb.cells.append(nbformat.v4.new_code_cell(src))
-        return nb
-
-    return apply
+_edit = edit
 
 
 # name -> (how to plant it, {part: words its message must contain}); every other part
