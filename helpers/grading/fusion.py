@@ -26,6 +26,7 @@ from .. import runtime
 from ..feedback import Feedback, check_number, not_implemented
 from ..kernels import rmsnorm as rk
 from . import bounds
+from .battery import Battery
 from .gpu import gpu_lock
 from .registry import (Assignment, Part, answer, caller_namespace, is_not_implemented,
                        run_checks)
@@ -261,25 +262,8 @@ def _one_trial(fn, namespace, shape, dtype, seed, log, device=None) -> _Trial:
     return trial
 
 
-class _Battery:
-    def __init__(self, trials, compiled_problem=None):
-        self.trials, self.compiled_problem = trials, compiled_problem
-
-    @property
-    def failed(self):
-        return [t for t in self.trials if t.problem]
-
-    @property
-    def violations(self):
-        return [(t, v) for t in self.trials for v in t.violations]
-
-    @property
-    def not_implemented(self) -> bool:
-        return any(t.not_implemented for t in self.trials)
-
-    @property
-    def ran_own_kernel(self) -> bool:
-        return any(t.own_launches for t in self.trials)
+class _Battery(Battery):
+    """Every trial of one ``residual_rmsnorm``; parts 2a, 3a and 3b share it."""
 
     def tested(self) -> str:
         shapes = ", ".join(f"{a}x{b}" for a, b in SHAPES)

@@ -30,6 +30,7 @@ from .. import runtime
 from ..feedback import Feedback, check_number, not_implemented
 from ..kernels import matmul as mm
 from . import bounds
+from .battery import Battery
 from .gpu import gpu_lock
 from .registry import (Assignment, Part, answer, caller_namespace, is_not_implemented,
                        run_checks)
@@ -269,7 +270,7 @@ def _one_trial(fn, namespace, what, shape, dtype, seed, log, blocks, device=None
     return trial
 
 
-class _Battery:
+class _Battery(Battery):
     """Every call of one ``matmul``: parts 2a-2d and 3 share it."""
 
     def __init__(self):
@@ -283,18 +284,6 @@ class _Battery:
     @property
     def trials(self):
         return self.plain + self.strided + ([self.accumulation] if self.accumulation else [])
-
-    @property
-    def violations(self):
-        return [(t, v) for t in self.trials for v in t.violations]
-
-    @property
-    def not_implemented(self) -> bool:
-        return any(t.not_implemented for t in self.trials)
-
-    @property
-    def ran_own_kernel(self) -> bool:
-        return any(t.own_launches for t in self.trials)
 
     @property
     def correct(self) -> bool:

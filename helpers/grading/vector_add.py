@@ -30,6 +30,7 @@ from .. import hardware, roofline, runtime
 from ..feedback import Feedback, check_choice, check_number, needs_gpu, not_implemented
 from ..kernels import vector_add as va
 from . import bounds
+from .battery import Battery
 from .gpu import gpu_lock
 from .registry import (Assignment, Part, answer, caller_namespace, is_not_implemented,
                        run_checks)
@@ -363,28 +364,8 @@ def _one_trial(fn, namespace, n, dtype, seed, log, block) -> _Trial:
     return trial
 
 
-class _Battery:
+class _Battery(Battery):
     """Every trial of one ``vector_add``; parts 3a, 3b and 4 share it."""
-
-    def __init__(self, trials, compiled_problem=None):
-        self.trials = trials
-        self.compiled_problem = compiled_problem
-
-    @property
-    def failed(self):
-        return [t for t in self.trials if t.problem]
-
-    @property
-    def violations(self):
-        return [(t, v) for t in self.trials for v in t.violations]
-
-    @property
-    def not_implemented(self) -> bool:
-        return any(t.not_implemented for t in self.trials)
-
-    @property
-    def ran_own_kernel(self) -> bool:
-        return any(t.own_launches for t in self.trials)
 
 
 _memo: list = []   # [(key, battery)]: 3a, 3b and 4 run right after one another
