@@ -84,10 +84,13 @@ def provenance() -> dict:
 
     spec = hardware.current_gpu()
     props = torch.cuda.get_device_properties(0)
-    # A copy of the tree without .git (a lent GPU machine, say) passes the commit in.
-    commit = _git("rev-parse", "HEAD")
-    dirty = _git("status", "--porcelain", "--untracked-files=no") if commit else None
-    commit = commit or os.environ.get("COURSE_GIT_COMMIT")
+    # A copy of the tree made elsewhere (for a lent GPU machine, say) passes the commit in,
+    # and that wins: such a copy may carry a .git of some other commit, or none.
+    commit = os.environ.get("COURSE_GIT_COMMIT")
+    dirty = None                    # unknown: the copy's state is the sender's to vouch for
+    if not commit:
+        commit = _git("rev-parse", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {
         "gpu": torch.cuda.get_device_name(),
         "gpu_key": spec.key if spec else props.name.replace(" ", "_"),

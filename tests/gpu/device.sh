@@ -4,6 +4,8 @@
 # machine by ../shared/tools/device-wheels.sh; they go to /tmp/site.
 #
 #   bash tests/gpu/device.sh record [NAME ...]    reference records -> $OUT (or helpers/records)
+#                                                 (export COURSE_GIT_COMMIT=<the tree's commit>
+#                                                 first: a copied tree cannot vouch for its own)
 #   bash tests/gpu/device.sh notebooks [PATH ...] every notebook top to bottom, compiled (nbval-lax)
 #   bash tests/gpu/device.sh pytest [ARGS ...]    the test suite in GPU mode
 set -euo pipefail
