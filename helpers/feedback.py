@@ -47,6 +47,11 @@ def _close(a: float, b: float, rel: float) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=0.0) or (a == b)
 
 
+def _number(x: float) -> str:
+    """49,152 for a whole number a reader can take in at a glance; 4 significant digits else."""
+    return f"{x:,.0f}" if x == int(x) and abs(x) < 1e7 else f"{x:.4g}"
+
+
 def check_number(part: str, got, expected: float, *, rel: float = 0.02, unit: str = "",
                  mistakes: list[tuple[float, str]] = (), hint: str = "") -> Feedback:
     """Accept ``got`` within ``rel`` (relative) of ``expected``.
@@ -67,11 +72,11 @@ def check_number(part: str, got, expected: float, *, rel: float = 0.02, unit: st
     if math.isnan(value) or math.isinf(value):
         return Feedback(part, False, f"got {value}; expected a finite number{u}")
     if _close(value, expected, rel):
-        return Feedback(part, True, f"{value:.4g}{u} is right")
+        return Feedback(part, True, f"{_number(value)}{u} is right")
     for wrong, description in mistakes:
         if _close(value, wrong, rel):
-            return Feedback(part, False, f"{value:.4g}{u} is what you get if {description}; "
-                            f"expected {expected:.4g}{u}")
+            return Feedback(part, False, f"{_number(value)}{u} is what you get if {description}; "
+                            f"expected {_number(expected)}{u}")
     off = (value - expected) / expected if expected else float("inf")
     ratio = value / expected if expected else float("inf")
     scale = ""
@@ -81,21 +86,30 @@ def check_number(part: str, got, expected: float, *, rel: float = 0.02, unit: st
         for r, word in ((factor, "times"), (1 / factor, "divided by")):
             if _close(ratio, r, rel):
                 scale = f" Your answer is the expected one {word} {name}"
-    text = (f"{value:.4g}{u} is off by {off:+.1%} (expected {expected:.4g}{u}, "
-            f"tolerance {rel:.0%}).{scale}")
+    text = (f"{_number(value)}{u} is off by {off:+.1%} (expected {_number(expected)}{u}, "
+            f"tolerance {rel * 100:.3g}%).{scale}")
     if hint:
         text += f" Hint: {hint}"
     return Feedback(part, False, text)
 
 
+def choice_word(got) -> str | None:
+    """``" Memory-bound"`` -> ``"memory"``: the word a choice is made of."""
+    if not isinstance(got, str):
+        return None
+    return got.strip().lower().removesuffix("bound").strip(" -_")
+
+
 def check_choice(part: str, got, expected: str, options: tuple[str, ...],
                  why: str = "") -> Feedback:
-    """One answer out of ``options`` (e.g. ``"memory"``, ``"compute"``, ``"latency"``)."""
+    """One answer out of ``options`` (e.g. ``"memory"``, ``"compute"``, ``"latency"``);
+    ``"memory-bound"`` counts as ``"memory"``."""
     if got is None or got is Ellipsis:
         return Feedback(part, False, f"no answer yet: choose one of {options}", status="not implemented")
-    if not isinstance(got, str) or got.strip().lower() not in options:
+    answer = choice_word(got)
+    if answer not in options:
         return Feedback(part, False, f"answer with one of {options}, got {got!r}")
-    if got.strip().lower() == expected:
+    if answer == expected:
         return Feedback(part, True, f"{expected!r} is right. {why}".strip())
     return Feedback(part, False, f"{got!r} is not it. {why}".strip())
 

@@ -24,6 +24,7 @@ Counting conventions, used by the whole course:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable
 
@@ -84,7 +85,7 @@ class Work:
 
 def _positive(**sizes: int) -> None:
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
             raise ValueError(f"{name} must be a positive whole number, got {value!r}")
 
 

@@ -33,7 +33,7 @@ LESSONS = [
     Lesson("02", "02_roofline.ipynb", "The roofline model",
            "How fast can an op possibly run on a given GPU?"),
     Lesson("03", "03_vector_add_intensity.ipynb", "Vector add and arithmetic intensity",
-           "Can a vector add reach the hardware's bandwidth? (graded)", graded=True),
+           "Can a vector add reach the hardware's bandwidth?", graded=True),
     Lesson("04", "04_tiling.ipynb", "Tiling",
            "How does a matmul reach tensor-core speed by reusing tiles in SRAM?", graded=True),
     Lesson("05", "05_fusion.ipynb", "Kernel fusion",
@@ -48,10 +48,11 @@ LESSONS = [
 
 
 def markdown(relative_to: str = "notebooks") -> str:
-    """A Markdown table of the lessons, linking those that exist."""
+    """A Markdown table of the lessons, linking those that exist and marking the graded."""
     rows = ["| # | Lesson | The question |", "|---|---|---|"]
     for lesson in LESSONS:
         link = lesson.file if relative_to == "notebooks" else f"notebooks/{lesson.file}"
         title = f"[{lesson.title}]({link})" if lesson.available else f"{lesson.title} (in preparation)"
-        rows.append(f"| {lesson.number} | {title} | {lesson.question} |")
+        question = lesson.question + (" (graded)" if lesson.graded else "")
+        rows.append(f"| {lesson.number} | {title} | {question} |")
     return "\n".join(rows)

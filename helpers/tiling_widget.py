@@ -82,7 +82,7 @@ class TilePlan:
 
     def lines(self) -> list[str]:
         kib = 1024
-        fit = (f"fits ({self.programs_per_sm} per SM)" if self.fits else
+        fit = (f"fits (at most {self.programs_per_sm} per SM by shared memory)" if self.fits else
                f"does NOT fit: {self.sram_bytes - self.sram_limit:,} B too many")
         regs = ("" if self.registers_fit else
                 f" > {MAX_REGISTERS_PER_THREAD}: spills to memory, use more warps")
@@ -102,14 +102,20 @@ def plan(gpu: str, dtype: str, block_m: int, block_n: int, block_k: int,
     """Everything the explorer shows, for one choice of tile on one GPU."""
     spec = hardware.lookup(gpu)
     dt = _torch_dtype(dtype)
+    mm._check_block(block_m=block_m, block_n=block_n, block_k=block_k)
+    for name, value in (("num_stages", num_stages), ("num_warps", num_warps)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
     roof = compute_roof(dtype)
     intensity = mm.tile_intensity(block_m, block_n, block_k, dt)
     sram = mm.sram_bytes(block_m, block_n, block_k, dt, num_stages)
     limit = smem_per_program(spec)
+    reserved = spec.smem_per_sm_bytes - limit       # set aside per program (1 KiB from sm_80)
     return TilePlan(
         gpu=spec.name, dtype=hardware.dtype_key(dtype), block_m=block_m, block_n=block_n,
         block_k=block_k, num_stages=num_stages, num_warps=num_warps, intensity=intensity,
-        sram_bytes=sram, sram_limit=limit, programs_per_sm=spec.smem_per_sm_bytes // sram,
+        sram_bytes=sram, sram_limit=limit,
+        programs_per_sm=spec.smem_per_sm_bytes // (sram + reserved),
         acc_registers=mm.accumulator_bytes(block_m, block_n) // 4 // (32 * num_warps),
         ridge=spec.ridge_point(roof), bound=roofline.bound(intensity, spec, roof),
         attainable_tflops=roofline.attainable_tflops(intensity, spec, roof))
@@ -145,6 +151,14 @@ class TileExplorer(Explorer):
         import ipywidgets as w
 
         hardware.lookup(gpu)
+        for name, value, choices in (("block_m", block_m, BLOCK_CHOICES),
+                                     ("block_n", block_n, BLOCK_CHOICES),
+                                     ("block_k", block_k, BLOCK_CHOICES),
+                                     ("num_warps", num_warps, WARP_CHOICES),
+                                     ("num_stages", num_stages, range(1, 7))):
+            if value not in choices:
+                raise ValueError(f"the explorer offers {name} in {tuple(choices)}, got {value!r}"
+                                 "; tiling_widget.plan() takes any other value")
         self.points = tuple(points)
         self.points_gpu = hardware.lookup(points_gpu).key if points_gpu else None
         self.source = source
@@ -235,8 +249,10 @@ def draw_ladder(ax, rows: list[dict], dtype: str, steps: list[dict], peak: float
         pts = sorted((r["n"], r["tflops"]) for r in mine if r["step"] == step["key"])
         if pts:
             ax.plot(*zip(*pts), "o-", ms=4, color=f"C{i}", label=step["label"])
-    cublas = {r["n"]: r["cublas_tflops"] for r in mine}
-    ax.plot(sizes, [cublas[n] for n in sizes], "k--", lw=2, label="torch.matmul (cuBLAS)")
+    from .experiments.matmul import cublas_tflops
+
+    ax.plot(sizes, [cublas_tflops(mine, n, dtype) for n in sizes], "k--", lw=2,
+            label="torch.matmul (cuBLAS)")
     if peak:
         ax.axhline(peak, color="0.5", ls=":", label=f"{dtype} datasheet peak {peak:,.0f}")
     ax.set_xscale("log", base=2)

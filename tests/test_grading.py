@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -73,6 +74,9 @@ PLANTS = {
     "exception_in_launcher": (
         _edit([("grid = (triton.cdiv(n, BLOCK_SIZE),)", "grid = (triton.cdiv(n, BLOCKSIZE),)")]),
         {"3a": "NameError", "3b": "NameError"}),
+    "typo_in_kernel": (   # every call raises inside the kernel: nothing left to bounds-check
+        _edit([("b = tl.load(b_ptr + offsets, mask=mask)", "b = tl.lod(b_ptr + offsets, mask=mask)")]),
+        {"3a": "lod", "3b": "could not be checked"}),
     "no_mask": (
         _edit([("tl.load(a_ptr + offsets, mask=mask)", "tl.load(a_ptr + offsets)"),
                ("tl.load(b_ptr + offsets, mask=mask)", "tl.load(b_ptr + offsets)"),
@@ -163,8 +167,9 @@ def graded(tmp_path_factory):
     code = grader.main([str(root), "--out", str(out), "--jobs", "2", *LIMITS])
     seconds = time.monotonic() - start
     assert code == 0
-    reports = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
-    return {"reports": reports, "out": out, "root": root, "before": before, "seconds": seconds}
+    book = out / SPEC.name      # reports and gradebook go to <out>/<assignment>/
+    reports = {p.stem: json.loads(p.read_text()) for p in book.glob("*.json")}
+    return {"reports": reports, "out": book, "root": root, "before": before, "seconds": seconds}
 
 
 def _parts(report) -> dict:
@@ -248,13 +253,28 @@ def test_the_folder_becomes_a_gradebook(graded):
 
 
 @cpu_only
+def test_a_later_run_joins_the_gradebook_and_replaces_a_regraded_row(graded, tmp_path):
+    out = tmp_path / "grades"
+    shutil.copytree(graded["out"], out / SPEC.name)
+    late = tmp_path / "late" / "zoe"
+    late.mkdir(parents=True)
+    (late / "my copy (1).ipynb").write_text("{ not a notebook")
+    assert grader.main([str(late / "my copy (1).ipynb"), "--out", str(out), "--assignment",
+                        SPEC.name, *LIMITS]) == 0
+    rows = {r["student"]: r for r in csv.DictReader((out / SPEC.name / "gradebook.csv").open())}
+    assert set(rows) == set(PLANTS) | {"solution", "blank", "corrupt", "my copy (1)"}
+    assert rows["solution"]["score"] == f"{CPU_MAX:g}"
+    assert grader.find_notebooks([tmp_path / "late"]) == [(late / "my copy (1).ipynb", "zoe")]
+
+
+@cpu_only
 def test_submissions_that_never_finish_are_stopped_at_their_limits(tmp_path):
     write_plants(tmp_path / "in", LOOPERS)
     out = tmp_path / "out"
     start = time.monotonic()
     assert grader.main([str(tmp_path / "in"), "--out", str(out), "--jobs", "2", *LOOP_LIMITS]) == 0
     seconds = time.monotonic() - start
-    reports = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    reports = {p.stem: json.loads(p.read_text()) for p in (out / SPEC.name).glob("*.json")}
     for name, (_, expected) in LOOPERS.items():
         _assert_loses_exactly(reports[name], expected)
     stopped = reports["infinite_loop_cell"]["cells"]

@@ -19,11 +19,14 @@ def check_copy_bytes(answer, n: int, dtype=torch.float16) -> Feedback:
     """Exercise: how many DRAM bytes does copying ``n`` elements of ``dtype`` move?"""
     s = element_bytes(dtype)
     expected = mw.bytes_moved("copy", (n,), _torch_dtype(dtype))
+    mistakes = [(n * s, "you counted the reads but not the writes"),
+                (2 * n, "you counted elements, not bytes"),
+                (16 * n * s, "you counted bits, not bytes")]
+    if s == 2:   # reads alone and elements alone are the same number: say both
+        mistakes[:2] = [(2 * n, "you counted the reads but not the writes (or elements, "
+                                "not bytes)")]
     return check_number(
-        "bytes moved by a copy", answer, expected, rel=0.001, unit="B",
-        mistakes=[(n * s, "you counted the reads but not the writes"),
-                  (2 * n, "you counted elements, not bytes"),
-                  (16 * n * s, "you counted bits, not bytes")],
+        "bytes moved by a copy", answer, expected, rel=0.001, unit="B", mistakes=mistakes,
         hint="every element is read once from DRAM and written once back")
 
 

@@ -8,7 +8,7 @@ launch cost comes from the measurement record the notebook passes in.
 from __future__ import annotations
 
 from .. import hardware, intensity
-from ..feedback import Feedback, check_number
+from ..feedback import Feedback, check_number, choice_word
 from ..intensity import element_bytes
 
 
@@ -78,10 +78,10 @@ def check_classification(answers, launch_us: float, gpu: str = "H100-SXM") -> Fe
         pred = intensity.predict(work, spec, launch_us=launch_us)
         if got is Ellipsis or got is None:
             missing.append(label)
-        elif not isinstance(got, str) or got.strip().lower() not in intensity.BOUNDS:
+        elif choice_word(got) not in intensity.BOUNDS:
             wrong.append(f"{label}: {got!r} is not one of {intensity.BOUNDS}")
-        elif got.strip().lower() != pred.bound:
-            wrong.append(f"{label}: you said {got.strip().lower()}, but memory "
+        elif choice_word(got) != pred.bound:
+            wrong.append(f"{label}: you said {choice_word(got)}, but memory "
                          f"{pred.memory_ms * 1e3:.3g} µs, compute {pred.compute_ms * 1e3:.3g} "
                          f"µs, launch {pred.launch_ms * 1e3:.3g} µs: {pred.bound}-bound")
     right = len(cases) - len(wrong) - len(missing)

@@ -514,7 +514,7 @@ def _device_report() -> dict:
 
 @experiment("fusion")
 def fusion() -> dict:
-    """Every measurement of lesson 05 (under a minute on an H200, compiling included)."""
+    """Every measurement of lesson 05 (under a minute on an H100 or H200, compiling included)."""
     import torch
 
     start = time.perf_counter()

@@ -133,6 +133,17 @@ def side_by_side(ours, reference, rounds: int = ROUNDS) -> tuple[float, float]:
     return min(our_ms), min(ref_ms)
 
 
+def cublas_tflops(rows: list[dict], n: int, dtype: str) -> float:
+    """torch.matmul's TFLOP/s at ``n``^3 in ``dtype``: the median of the timings taken beside
+    each rung (they differ by a few percent from one to the next, like any timing)."""
+    import statistics
+
+    mine = [r["cublas_tflops"] for r in rows if r["n"] == n and r["dtype"] == dtype]
+    if not mine:
+        raise ValueError(f"the ladder has no {dtype} rows at n={n}")
+    return statistics.median(mine)
+
+
 def ladder(sizes=SIZES, dtypes=DTYPES, steps=None, rounds: int = ROUNDS) -> list[dict]:
     import torch
 

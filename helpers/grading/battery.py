@@ -10,7 +10,7 @@ from __future__ import annotations
 
 class Battery:
     """``trials`` is a list of trial objects with ``problem``, ``violations``,
-    ``not_implemented`` and ``own_launches``; ``compiled_problem`` is what went wrong when
+    ``not_implemented``, ``raised`` and ``own_launches``; ``compiled_problem`` is what went wrong when
     the kernel ran compiled (GPU mode) after passing interpreted."""
 
     def __init__(self, trials, compiled_problem=None):
@@ -25,6 +25,11 @@ class Battery:
     def violations(self):
         """Every out-of-bounds access, with the trial that made it."""
         return [(t, v) for t in self.trials for v in t.violations]
+
+    @property
+    def crashed(self):
+        """Trials whose call raised: the loads and stores it would have made were not all seen."""
+        return [t for t in self.trials if t.raised]
 
     @property
     def not_implemented(self) -> bool:

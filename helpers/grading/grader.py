@@ -12,11 +12,12 @@ For each notebook:
    it are replayed in a new kernel.
 4. Run each graded part's check *inside that kernel*, on the names the notebook defined,
    each under its own time limit (:func:`helpers.grading.registry.grade_to_file`).
-5. Report: a table of parts, points and messages; JSON beside it; for several notebooks
-   a CSV gradebook. Folders are graded in parallel, one kernel process per core.
+5. Report: a table of parts, points and messages; JSON in <out>/<assignment>/, and that
+   folder's CSV gradebook rebuilt from all its reports. Folders are graded in parallel,
+   one kernel process per core.
 
     ./course grade submissions/alice/03_vector_add_intensity.ipynb
-    ./course grade submissions/ --out grades/03
+    ./course grade submissions/ --out ~/grades
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from . import registry
 from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
-                     CellResult, PartResult, Report, write_gradebook)
+                     CellResult, PartResult, Report, read_json, write_gradebook)
 
 DEFAULT_OUT = Path("grades")
 MAX_RESTARTS = 3
@@ -107,7 +108,11 @@ class _Run:
         self.session = Session(cwd=self.tmp, mode=self.mode, memory_mb=self.limits.memory_mb,
                                threads=self.limits.threads)
         self.session.start()
-        self.session.run(SETUP, self.limits.cell_timeout)
+        ex = self.session.run(SETUP, self.limits.cell_timeout)
+        if ex.status != "ok":   # the grader's fault or its limits', never the learner's
+            raise RuntimeError(f"the grader's own setup failed in a fresh kernel ("
+                               f"{ex.reason or f'{ex.ename}: {ex.evalue}'}); is --memory-gb "
+                               f"({self.limits.memory_mb} MiB) too low?")
         for number, source in self.cells[:upto]:
             if number not in self.skip:
                 ex = self.session.run(source, self.limits.cell_timeout)
@@ -225,12 +230,14 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
             ex = run.session.run(source, min(limits.cell_timeout, left))
             if ex.status != "ok":
                 evalue = ex.evalue if ex.status != "died" else ex.reason
+                # "(3412986.py, line 2)": IPython's scratch file name says nothing to a learner
+                evalue = re.sub(r"\(\d+\.py, line (\d+)\)", r"(line \1)", evalue)
                 cell_results[number] = CellResult(number, ex.status, ex.ename, evalue,
                                                   _first_line(source), round(ex.seconds, 2))
-            if not ex.alive:
-                run.skip.add(number)
-                if not run.boot(i + 1):
-                    break
+            if ex.status == "timeout" or not ex.alive:
+                run.skip.add(number)     # a replay after a later crash leaves it out
+            if not ex.alive and not run.boot(i + 1):
+                break
         report.cells = [cell_results[k] for k in sorted(cell_results)]
 
         dead_groups: dict[str, PartResult] = {}
@@ -297,7 +304,12 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
 
 
 def find_notebooks(paths) -> list[tuple[Path, str]]:
-    """``(notebook, student)`` for every notebook under ``paths`` (files or folders)."""
+    """``(notebook, student)`` for every notebook under ``paths`` (files or folders).
+
+    The student is the notebook's folder below the given one (submissions/alice/any name
+    .ipynb -> alice), or the notebook's name when it lies in the given folder itself
+    (submissions/alice.ipynb -> alice). A single file given by name is its folder's
+    student if its name is an assignment's, else its own name."""
     found = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -305,23 +317,17 @@ def find_notebooks(paths) -> list[tuple[Path, str]]:
                 if ".ipynb_checkpoints" in nb.parts:
                     continue
                 rel = nb.relative_to(p)
-                # submissions/alice/03_x.ipynb -> alice; submissions/alice.ipynb -> alice
-                if len(rel.parts) > 1 and nb.stem in registry.MODULES:
-                    student = "__".join(rel.parts[:-1])
-                else:
-                    student = "__".join(rel.with_suffix("").parts)
-                found.append((nb, student))
+                parts = rel.parts[:-1] if len(rel.parts) > 1 else (rel.stem,)
+                found.append((nb, "__".join(parts)))
         elif p.is_file():
             student = p.parent.name if p.stem in registry.MODULES and p.parent.name else p.stem
             found.append((p, student))
-        else:
+        elif p.exists():
             raise FileNotFoundError(f"{p} is neither a notebook nor a folder")
-    seen: dict[str, int] = {}
-    unique = []
-    for nb, student in found:
-        seen[student] = seen.get(student, 0) + 1
-        unique.append((nb, student if seen[student] == 1 else f"{student}__{seen[student]}"))
-    return unique
+        else:
+            raise FileNotFoundError(f"{p} does not exist (relative paths start from "
+                                    f"{Path.cwd()})")
+    return found
 
 
 def _grade_one(args) -> Report:
@@ -370,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignment", choices=sorted(registry.MODULES),
                         help="which assignment (default: from the notebook's metadata or name)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="folder for the JSON reports and gradebook.csv (default: grades/)")
+                        help="folder for the reports: <out>/<assignment>/<student>.json and "
+                             "<out>/<assignment>/gradebook.csv (default: grades/)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="notebooks graded at once (default: one per CPU core)")
     d = Limits()
@@ -398,12 +405,15 @@ def main(argv: list[str] | None = None) -> int:
     limits = Limits(args.cell_timeout, args.part_timeout, args.total_timeout,
                     int(args.memory_gb * 1024), max(1, (os.cpu_count() or 1) // jobs))
     single = len(notebooks) == 1
+    written: dict[Path, Path] = {}        # report file -> the notebook it grades
     print(f"Grading {len(notebooks)} notebook(s) in {runtime.MODE.upper()} mode, {jobs} at a "
           f"time (limits: {limits.cell_timeout:g} s per cell, {limits.total_timeout:g} s per "
           f"notebook, {limits.part_timeout:g} s per check, {limits.memory_mb} MiB)", flush=True)
 
     def show(report: Report):
-        path = report.write_json(args.out / f"{report.student}.json")
+        path = _report_path(args.out, report, written)
+        written[path] = Path(report.notebook)
+        report.write_json(path)
         if single:
             print(report.to_text())
         else:
@@ -412,10 +422,25 @@ def main(argv: list[str] | None = None) -> int:
 
     reports = grade_many(notebooks, assignment=args.assignment, limits=limits, jobs=jobs,
                          on_result=show)
-    if not single:
-        book = write_gradebook(reports, args.out / "gradebook.csv")
+    # Each gradebook holds every report in its folder: earlier runs' too (a late submission
+    # graded alone joins the class; a re-graded one replaces its old row).
+    for folder in sorted({path.parent for path in written}):
+        book = write_gradebook([read_json(p) for p in sorted(folder.glob("*.json"))],
+                               folder / "gradebook.csv")
         print(f"Gradebook: {book}")
-    return 0
+    failed = [r for r in reports if r.error.startswith("grading failed")]
+    return 1 if failed else 0
+
+
+def _report_path(out: Path, report: Report, taken: dict) -> Path:
+    """``<out>/<assignment>/<student>.json``; a second notebook of the same student and
+    assignment in this run gets ``<student>__2.json``."""
+    folder = out / (report.assignment if report.assignment != "?" else "unidentified")
+    path, n = folder / f"{report.student}.json", 1
+    while path in taken and taken[path] != Path(report.notebook):
+        n += 1
+        path = folder / f"{report.student}__{n}.json"
+    return path
 
 
 if __name__ == "__main__":

@@ -95,6 +95,15 @@ class Report:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> Report:
+        """A report back from :meth:`to_dict` (the derived totals are recomputed)."""
+        return cls(data["notebook"], data["student"], data["assignment"], data["mode"],
+                   parts=[PartResult(**p) for p in data.get("parts", [])],
+                   cells=[CellResult(**c) for c in data.get("cells", [])],
+                   seconds=data.get("seconds", 0.0), error=data.get("error", ""),
+                   limits=data.get("limits", {}))
+
     def write_json(self, path: Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +141,7 @@ class Report:
                      f"{_n(self.score) + '/' + _n(self.max_score):>7}")
         if self.cells:
             lines += ["", "Cells that did not finish:"]
-            lines += [textwrap.shorten("  " + c.describe(), width) for c in self.cells]
+            lines += ["  " + textwrap.shorten(c.describe(), width - 2) for c in self.cells]
         return "\n".join(lines)
 
     __str__ = to_text
@@ -140,6 +149,10 @@ class Report:
 
 def _n(x: float) -> str:
     return f"{x:g}"
+
+
+def read_json(path: Path) -> Report:
+    return Report.from_dict(json.loads(Path(path).read_text()))
 
 
 def write_gradebook(reports: list[Report], path: Path) -> Path:
@@ -156,8 +169,10 @@ def write_gradebook(reports: list[Report], path: Path) -> Path:
             cells = [p for p in keys if p in by_key]
             notes = [r.error] if r.error else []
             notes += [c.describe() for c in r.cells]
-            w.writerow([r.student, r.notebook, r.assignment, r.mode, _n(r.score),
-                        _n(r.max_score), f"{r.percent:.1f}",
+            graded = bool(r.parts)     # an unreadable, unidentified notebook has no parts
+            w.writerow([r.student, r.notebook, r.assignment, r.mode,
+                        *((_n(r.score), _n(r.max_score), f"{r.percent:.1f}") if graded
+                          else ("", "", "")),
                         *[(_n(by_key[k].points) if by_key[k].counted else "GPU")
                           if k in cells else "" for k in keys],
                         "; ".join(notes)])

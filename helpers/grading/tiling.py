@@ -126,6 +126,7 @@ class _Trial:
         self.what, self.shape, self.dtype = what, shape, dtype
         self.problem: str | None = None
         self.not_implemented = False
+        self.raised = False
         self.own_launches = 0
         self.other_kernels: list[str] = []
         self.violations: list = []
@@ -247,6 +248,7 @@ def _one_trial(fn, namespace, what, shape, dtype, seed, log, blocks, device=None
             torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001 - the learner's error, reported
         trial.not_implemented = is_not_implemented(err)
+        trial.raised = True
         detail = str(err).strip().splitlines()
         trial.problem = (f"matmul(a, b) raised {type(err).__name__}"
                          + (f": {detail[-1][:300]}" if detail else ""))
@@ -446,8 +448,7 @@ def _in_bounds(ns):
     if not battery.ran_own_kernel:
         return Feedback(part, False, f"no kernel of yours ran, so nothing to check: "
                         f"{battery.trials[0].problem}")
-    crashed = [t for t in battery.trials if t.own_launches and t.problem
-               and t.problem.startswith("matmul(a, b) raised")]
+    crashed = [t for t in battery.crashed if t.own_launches]
     if crashed and not battery.violations:
         return Feedback(part, False, f"your kernel stopped with an error, so its loads and "
                         f"stores could not all be watched: {crashed[0].where}: "
@@ -493,6 +494,11 @@ def _fp32_accumulation(ns):
 # ------------------------------------------------------------------------------------
 
 
+# Random inputs at n = 4096 give |C| up to about 350: a correct fp16 kernel lands a few
+# fp16 steps (0.25 each up there) from torch.matmul's differently ordered sum.
+SPEED_ATOL, SPEED_RTOL = 0.5, 0.02
+
+
 def measure_speed(fn, n: int = SPEED_N, dtype=FP16) -> dict:
     """Time ``fn`` and ``torch.matmul`` on the same random n x n inputs (GPU)."""
     from .. import bench
@@ -500,12 +506,13 @@ def measure_speed(fn, n: int = SPEED_N, dtype=FP16) -> dict:
     runtime.require_gpu("timing a matmul")
     a, b = _random(n, n, n, dtype, 900, "cuda")
     with gpu_lock():
-        c = fn(a, b)
-        ok = torch.allclose(c.float(), torch.matmul(a, b).float(), atol=0.5, rtol=0.02)
+        c, want = fn(a, b).float(), torch.matmul(a, b).float()
+        ok = torch.allclose(c, want, atol=SPEED_ATOL, rtol=SPEED_RTOL)
+        err = (c - want).abs().max().item()
         yours = bench.time_ms(lambda: fn(a, b))
         cublas = bench.time_ms(lambda: torch.matmul(a, b))
     flops = mm.flops(n, n, n)
-    return {"ok": ok, "yours_ms": yours, "cublas_ms": cublas, "ratio": cublas / yours,
+    return {"ok": ok, "max_abs_error": err, "yours_ms": yours, "cublas_ms": cublas, "ratio": cublas / yours,
             "yours_tflops": bench.tflops(flops, yours),
             "cublas_tflops": bench.tflops(flops, cublas),
             "gpu": torch.cuda.get_device_name()}
@@ -520,7 +527,9 @@ def _speed(ns):
         return Feedback(part, False, "needs a correct, in-bounds kernel first (parts 2a-2d)")
     t = measure_speed(answer(ns, "matmul", callable_=True))
     if not t["ok"]:
-        return Feedback(part, False, f"matmul is wrong at {SPEED_N}^3 fp16 on the GPU")
+        return Feedback(part, False, f"matmul is wrong at {SPEED_N}^3 fp16 on the GPU: up to "
+                        f"{t['max_abs_error']:.3g} from torch.matmul (allowed: {SPEED_ATOL} + "
+                        f"{SPEED_RTOL:.0%} of the value)")
     text = (f"on {t['gpu']}: yours {t['yours_tflops']:,.0f} TFLOP/s, torch.matmul "
             f"{t['cublas_tflops']:,.0f}: {t['ratio']:.2f}x (the goal is {SPEED_GOAL:.0%})")
     if t["ratio"] >= SPEED_GOAL:

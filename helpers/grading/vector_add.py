@@ -121,8 +121,6 @@ def _intensity(ns):
 
 def _bound(ns):
     got = answer(ns, "add_bound")
-    if isinstance(got, str):   # accept "memory-bound", "Memory bound"
-        got = got.strip().lower().removesuffix("bound").strip(" -_")
     return check_choice("1d bound", got, BOUND, ("memory", "compute"),
                         why=f"{INTENSITY:.3g} FLOP/byte is far left of the ridge point, "
                             f"{RIDGE:.0f} FLOP/byte ({COMPUTE_ROOF} peak "
@@ -247,6 +245,7 @@ class _Trial:
         self.n, self.dtype = n, dtype
         self.problem: str | None = None      # the first thing wrong, in words
         self.not_implemented = False
+        self.raised = False
         self.own_launches = 0
         self.other_kernels: list[str] = []
         self.violations: list = []
@@ -338,6 +337,7 @@ def _one_trial(fn, namespace, n, dtype, seed, log, block) -> _Trial:
             torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001 - the learner's error, reported
         trial.not_implemented = is_not_implemented(err)
+        trial.raised = True
         detail = str(err).strip().splitlines()
         trial.problem = (f"vector_add(a, b) raised {type(err).__name__}"
                          + (f": {detail[-1][:300]}" if detail else ""))
@@ -448,6 +448,10 @@ def _kernel_in_bounds(ns):
                         f"happened for n = {', '.join(map(str, sizes))}. Compute "
                         "mask = offsets < n_elements and pass mask=mask to every tl.load and "
                         "tl.store.")
+    if battery.crashed:
+        t = battery.crashed[0]
+        return Feedback(part, False, f"could not be checked: at {t.where}, {t.problem}; a call "
+                        "that fails never shows all the loads and stores it would make")
     return Feedback(part, True, f"every load and store stayed inside A, B and C on "
                     f"{_tested(battery)}")
 

@@ -30,7 +30,7 @@ def check_tensor(x, name: str, *, dtypes=None, ndim: int | None = None,
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(x.shape)}")
     if contiguous and not x.is_contiguous():
         raise ValueError(f"{name} is not contiguous (a transposed or sliced view); this kernel "
-                         "indexes it as one flat array. Pass {name}.contiguous().")
+                         f"indexes it as one flat array. Pass {name}.contiguous().")
 
 
 def check_same_shape(a, b, names: str) -> None:

@@ -21,8 +21,8 @@ element's bias with ``offsets % n_cols``, an integer remainder by a number known
 at run time, which costs a few dozen integer instructions per element.
 :func:`bias_gelu_kernel_v2` removes them: it tiles the matrix in 2-D, loads a tile's
 bias once and broadcasts it down the tile's rows. It is *not* faster. The fusion
-experiment recorded 3,812 GB/s for v1 and 3,632 GB/s for v2 on an H200 (4096 x 16384,
-bf16): the integer work hides under the memory time, as all arithmetic does in a
+experiment recorded 2,838 GB/s for v1 and 2,701 GB/s for v2 on an H100 (4096 x 16384,
+bf16; helpers/records/fusion__H100-SXM.json; 3,812 and 3,632 on an H200): the integer work hides under the memory time, as all arithmetic does in a
 memory-bound kernel. So :func:`bias_gelu` launches the simpler v1 (and Inductor, shown
 in the lesson, generates the same flat kernel with the same remainder).
 """

@@ -133,10 +133,11 @@ def grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     """Tile (pid_m, pid_n) of program ``pid``: down GROUP_M rows, then the next column.
 
     The GPU starts programs roughly in the order of their ids. Row-major order (v2) puts
-    a whole row of tiles on the chip at once: one strip of A, but *every* strip of B, more
-    than the L2 cache holds, so B streams from DRAM again for the next row. Going down a
-    column of GROUP_M tiles first keeps GROUP_M strips of A and a few strips of B busy
-    at a time: a footprint that stays in L2 while it is reused.
+    whole rows of tiles on the chip at once: a few strips of A, but *every* strip of B,
+    which for a large B is more than the L2 cache holds, so B streams from DRAM again for
+    the next rows. Going down a column of GROUP_M tiles first keeps GROUP_M strips of A and
+    a few strips of B busy at a time: a smaller footprint, so more of it is still in L2
+    when it is reused.
     """
     num_pid_in_group = GROUP_M * num_pid_n            # programs per band of GROUP_M rows
     group_id = pid // num_pid_in_group
@@ -511,6 +512,9 @@ def matmul_v5(a: torch.Tensor, b: torch.Tensor, *, config=None) -> torch.Tensor:
     c = _output(a, b)
     if _empty(a, b, c):
         return c
+    if config is not None and len(config) != len(TMA_CONFIG_KEYS):
+        raise ValueError(f"config must give {len(TMA_CONFIG_KEYS)} values, "
+                         f"{', '.join(TMA_CONFIG_KEYS)}; got {tuple(config)!r}")
     if runtime.is_cpu() or config is not None:
         bm, bn, bk, g, s, w, sp = config or (64, 64, 32, 4, 1, 4, False)
         _check_block(block_m=bm, block_n=bn, block_k=bk)
@@ -537,8 +541,9 @@ VERSIONS = {"v1": matmul_v1, "v2": matmul_v2, "v3": matmul_v3, "v4": matmul_v4,
 
 # Below this much work (M N K) v4 beats v5: the host encodes three TMA descriptors per
 # call (microseconds each) and a persistent grid gains nothing when there is about one
-# tile per SM. In the `matmul` record v4 is ahead at 2048^3 and v5 at 4096^3, fp16 and
-# bf16 alike (see the ladder rows of v4 and v5); the line sits between the two.
+# tile per SM. In the `matmul` records (ladder rows of v4 and v5, fp16 and bf16 alike) v4
+# is far ahead at 1024^3 and v5 ahead at 4096^3; at 2048^3 they tie within 2 % on the
+# H100 and v4 leads on the H200. The line sits between 2048^3 and 4096^3.
 TMA_MIN_WORK = 2**35
 
 
@@ -607,6 +612,8 @@ def ulp_error(got: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
 
 def tile_of_program(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple[int, int]:
     """(pid_m, pid_n) of program ``pid``; ``group_m = 1`` is v2's row-major order."""
+    if group_m < 1:
+        raise ValueError(f"group_m must be at least 1 (1 is row-major order), got {group_m}")
     num_pid_in_group = group_m * num_pid_n
     first_pid_m = (pid // num_pid_in_group) * group_m
     group_size_m = min(num_pid_m - first_pid_m, group_m)
@@ -646,7 +653,16 @@ def wave_footprint(M: int, N: int, K: int, dtype, block_m: int, block_n: int,
 # --------------------------------------------------------------------------------------
 
 
+DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
 def element_size(dtype) -> int:
+    """Bytes per value of ``dtype``: a torch dtype or one of ``"fp16"``, ``"bf16"``, ``"fp32"``."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPE_NAMES:
+            raise ValueError(f"unknown dtype {dtype!r}: use one of {sorted(DTYPE_NAMES)} "
+                             "or a torch dtype such as torch.float16")
+        dtype = DTYPE_NAMES[dtype]
     return torch.empty((), dtype=dtype).element_size()
 
 

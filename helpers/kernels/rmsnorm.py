@@ -39,9 +39,10 @@ from .softmax import num_warps_for  # one program per row, as in the softmax
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPS = 1e-6
 
-# The longest row the kernel keeps in registers: 65536 fp32 values spread over 32 warps
-# is 64 per thread for h alone. Longer rows would need the two-pass, blocked pattern of
-# helpers.kernels.softmax.softmax_kernel_online.
+# The longest row the kernel accepts: 65536 fp32 values spread over 32 warps is 64 per
+# thread for h alone, a thread's whole share of the SM's registers, so past 32768 the
+# compiler spills (lesson 05, section 5, shows the softmax slowing there). Longer rows
+# would need the two-pass, blocked pattern of helpers.kernels.softmax.softmax_kernel_online.
 MAX_COLS = 65536
 
 # (atol, rtol) per dtype: |got - reference| <= atol + rtol * |reference|. y is rounded

@@ -151,15 +151,15 @@ def softmax_kernel_online(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
 
 def num_warps_for(block_size: int) -> int:
     """Warps per program for a row block, from the fusion experiment's ``softmax_warps``
-    sweep (M = 4096, fp16; the record in helpers/records, made on an H200).
+    sweep (M = 4096, fp16; helpers/records/fusion__H100-SXM.json, made on an H100).
 
-    Rows of a few thousand elements want few warps: at N = 4096, 4 warps moved 3,093 GB/s,
-    16 warps 2,536. Spread over more threads, the row leaves each thread one or two
-    vectors of work while the two reductions (max and sum) still cross every warp. Long
-    rows want many: at N = 16384, 32 warps reached 3,610 GB/s and 4 warps 3,043, whose
-    threads each had to hold 128 values. (Rows of 1024 and 2048 take 10 to 30 µs, too
-    short to rank the choices reliably from one run to the next.) With this rule a thread
-    holds 8 to 32 fp32 values of the row.
+    Rows of a few thousand elements want few warps: at N = 1024, 4 warps moved 1,594 GB/s
+    and 16 warps 935; at N = 4096, 2,453 against 2,238. Spread over more threads, the row
+    leaves each thread one or two vectors of work while the two reductions (max and sum)
+    still cross every warp. At N = 8192, 4, 8 and 16 warps tie (2,656 to 2,663 GB/s). Long
+    rows want many: at N = 16384, 32 warps reached 2,831 GB/s and 4 warps 2,628, whose
+    threads each had to hold 128 values. With this rule a thread holds 8 to 32 fp32 values
+    of the row.
     """
     if block_size <= 4096:
         return 4
