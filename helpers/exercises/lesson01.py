@@ -46,14 +46,17 @@ def check_ridge_point(answer, gpu: str = "H100-SXM", dtype: str = "bf16") -> Fee
              "to per-second units (10^12 and 10^9) before dividing")
 
 
-def check_percent_of_peak(answer, measured_gbps: float, peak_gbps: float) -> Feedback:
-    """Exercise: what percentage of the datasheet bandwidth did a measured kernel reach?"""
+def check_percent_of_peak(answer, measured_gbps: float, peak_gbps: float,
+                          of: str = "peak bandwidth") -> Feedback:
+    """Exercise: what percentage of a bandwidth (the datasheet's, by default, or ``of``
+    another: a measured copy's) did a measured kernel reach?"""
     expected = 100 * measured_gbps / peak_gbps
     return check_number(
-        "percent of peak bandwidth", answer, expected, rel=0.01, unit="%",
+        f"percent of {of}", answer, expected, rel=0.01, unit="%",
         mistakes=[(measured_gbps / peak_gbps, "you gave a fraction, not a percentage"),
-                  (100 * peak_gbps / measured_gbps, "you divided the peak by the measurement")],
-        hint="achieved GB/s divided by the table's GB/s, times 100")
+                  (100 * peak_gbps / measured_gbps, "you divided the reference by the "
+                                                    "measurement")],
+        hint=f"achieved GB/s divided by {of} ({peak_gbps:,.0f} GB/s), times 100")
 
 
 def check_fusion_speedup(answer, shape: tuple[int, int], dtype=torch.float32) -> Feedback:
