@@ -235,6 +235,9 @@ class RooflineExplorer(Explorer):
         if op not in intensity.CATALOGUE:
             raise KeyError(f"{op!r} is not an op of helpers.intensity.CATALOGUE: "
                            f"{', '.join(intensity.CATALOGUE)}")
+        if dtype not in self._dtypes(gpu):
+            raise ValueError(f"the {gpu} has no {dtype!r} peak in the table; pick one of "
+                             f"{self._dtypes(gpu)}")
         self.launch_us = float(launch_us)
         self.points = tuple(points)
         self.points_gpu = points_gpu

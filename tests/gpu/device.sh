@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the course's GPU steps on a machine that has torch and triton but no Jupyter
-# (the course's lent GPU machine). Jupyter's wheels travel in .whl/, made on a networked
-# machine by ../shared/tools/device-wheels.sh; they go to /tmp/site.
+# (the course's lent GPU machine). Jupyter's wheels travel in .whl/, downloaded on a
+# networked machine (README, "Reference records"); they go to /tmp/site.
 #
 #   bash tests/gpu/device.sh record [NAME ...]    reference records -> $OUT (or helpers/records)
 #                                                 (export COURSE_GIT_COMMIT=<the tree's commit>
@@ -15,11 +15,11 @@ if [ -d .whl ] && ! python3 -c 'import nbval' 2>/dev/null; then
     --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg PYTHONUNBUFFERED=1
-cmd="$1"; shift
+cmd="${1:-}"; [ $# -gt 0 ] && shift
 case "$cmd" in
   record)    python3 -m helpers.record --out "${OUT:-helpers/records}" "$@" ;;
   notebooks) [ $# -gt 0 ] || set -- notebooks solutions
              python3 -m pytest -q -p no:cacheprovider --nbval-lax "$@" ;;
   pytest)    python3 -m pytest -q -p no:cacheprovider "$@" ;;
-  *) echo "unknown step $cmd" >&2; exit 2 ;;
+  *) echo "unknown step ${cmd:-(none)}: use record, notebooks or pytest (see the header)" >&2; exit 2 ;;
 esac
