@@ -88,6 +88,9 @@ class Expected(Protocol):
 
 
 def _finite(value) -> float | None:
+    """``value`` as a finite float, or None (text and booleans are not numbers here)."""
+    if isinstance(value, (str, bytes, bool)):
+        return None
     try:
         v = float(value)
     except (TypeError, ValueError, OverflowError):
