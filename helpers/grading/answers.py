@@ -44,18 +44,21 @@ mistakes. Its source, the *values*, is a dict, the format of ``answer_key()``::
   release: :func:`new_salt`), and :func:`load_sealed` turns that dict into a :class:`Key`.
 
 **Where the values live (the contract with each assignment).** The formulas of assignment
-``NN_topic``, graded by ``helpers/grading/<topic>.py``, live in a sibling module
-``helpers/grading/keys_<topic>.py`` whose function ``answer_key()`` returns the values
-above. The assignment module never computes an answer itself; it asks::
+``NN_topic``, graded by the module ``<package>.<topic>`` (e.g.
+``helpers.grading.assignments.vector_add``), live in the sibling module
+``<package>.keys_<topic>``, whose function ``answer_key()`` returns the values above. The
+assignment module never computes an answer itself; it asks::
 
-    KEY = answers.load_key("03_vector_add_intensity", "helpers.grading.keys_vector_add")
+    KEY = answers.load_key("03_vector_add_intensity",
+                           "helpers.grading.assignments.keys_vector_add")
 
 :func:`load_key` imports the formulas module if it exists (the instructor's course:
 Exact keys, so the grader judges with the true values, and a stray JSON can never
-shadow changed formulas) and otherwise reads the sealed ``helpers/grading/keys/NN_topic.json``
-(a student release: ``./course release`` omits every ``keys_*.py`` and writes those
-files). Messages and hints of an assignment module must not use the formulas' values
-either: in a release they are not there.
+shadow changed formulas) and otherwise reads the sealed
+``helpers/grading/keys/NN_topic.json`` (a student release: ``./course release`` omits
+every ``keys_*.py`` under ``helpers/grading/`` and writes those files). Messages and hints
+of an assignment module must not use the formulas' values either: in a release they are
+not there.
 """
 
 from __future__ import annotations
