@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import registry
+from . import registry, sandbox
 from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
                      CellResult, PartResult, Report, read_json, write_gradebook)
 
@@ -94,6 +94,7 @@ class _Run:
         self.cells, self.tmp, self.mode, self.limits = cells, tmp, mode, limits
         self.session = None
         self.skip: set[int] = set()          # cells that hung or crashed: never replayed
+        self.late_deaths: list[int] = []     # cells after which the kernel was found dead
         self.restarts = 0
 
     def boot(self, upto: int) -> bool:
@@ -120,6 +121,17 @@ class _Run:
                     self.skip.add(number)
                     return self.boot(upto)
         return True
+
+    def ensure_alive(self, last: int | None) -> bool:
+        """Before cell index ``last + 1``: a kernel that died after answering cell ``last``
+        (``exit()`` in a thread, a child killing its parent) is blamed on that cell, which
+        is left out of the replay. False when the kernel keeps dying."""
+        if self.session is None or self.session.alive():
+            return True
+        if last is not None:
+            self.skip.add(self.cells[last][0])
+            self.late_deaths.append(self.cells[last][0])
+        return self.boot(len(self.cells) if last is None else last + 1)
 
     def stop(self):
         if self.session is not None:
@@ -189,8 +201,14 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
     start = time.monotonic()
     report = Report(notebook=str(path), student=student or path.stem,
                     assignment=assignment or "?", mode=mode, limits=asdict(limits))
-    try:
-        nb = nbformat.read(str(path), as_version=4)
+    report.isolation = sandbox.status()
+    data = b""
+    try:    # only a regular file, never a link, FIFO or device, and not a huge one
+        data = sandbox.read_regular_file(path)
+        nb = nbformat.reads(data.decode("utf-8", errors="replace"), as_version=4)
+    except sandbox.Refused as err:
+        nb = None
+        report.error = f"refused: {path.name}: {err}"
     except Exception as err:  # noqa: BLE001 - unreadable: a score of zero and why
         nb = None
         report.error = f"could not read the notebook ({type(err).__name__}: {err})"
@@ -216,10 +234,14 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
     run = _Run(cells, tmp, mode, limits)
     cell_results: dict[int, CellResult] = {}
     try:
-        shutil.copy(path, Path(tmp) / path.name)
+        (Path(tmp) / path.name).write_bytes(data)    # the bytes read, not the path again
         run.boot(0)
         deadline = time.monotonic() + limits.total_timeout
+        last = None                      # index of the last cell run
         for i, (number, source) in enumerate(cells):
+            if not run.ensure_alive(last):
+                break
+            last = i
             left = deadline - time.monotonic()
             if left <= 0:
                 cell_results[number] = CellResult(number, "timeout", "TimeoutError",
@@ -238,6 +260,14 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
                 run.skip.add(number)     # a replay after a later crash leaves it out
             if not ex.alive and not run.boot(i + 1):
                 break
+        if cells:
+            run.ensure_alive(last)
+        for number in run.late_deaths:
+            source = dict(cells)[number]
+            cell_results[number] = CellResult(
+                number, "died", "", "the kernel stopped after this cell ran (exit() or a "
+                "process it started killing it?); left out of the replay",
+                _first_line(source))
         report.cells = [cell_results[k] for k in sorted(cell_results)]
 
         dead_groups: dict[str, PartResult] = {}
@@ -293,7 +323,7 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
         report.error = f"grading failed: {type(err).__name__}: {err}"
     finally:
         run.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
     report.seconds = round(time.monotonic() - start, 1)
     return report
 
@@ -303,8 +333,25 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
 # --------------------------------------------------------------------------------------
 
 
+def _remove(folder: str) -> None:
+    """Remove a scratch folder, whatever modes the submission left on its files."""
+    def unlock(func, path, _exc):
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            func(path)
+        except OSError:
+            pass
+
+    shutil.rmtree(folder, onerror=unlock)
+
+
 def find_notebooks(paths) -> list[tuple[Path, str]]:
     """``(notebook, student)`` for every notebook under ``paths`` (files or folders).
+
+    Every entry named ``*.ipynb`` is listed, links and special files included: reading
+    it (:func:`helpers.grading.sandbox.read_regular_file`) refuses what is not a regular
+    file, with the reason in that student's report. Linked folders are not entered.
 
     The student is the notebook's folder below the given one (submissions/alice/any name
     .ipynb -> alice), or the notebook's name when it lies in the given folder itself
@@ -313,7 +360,7 @@ def find_notebooks(paths) -> list[tuple[Path, str]]:
     found = []
     for p in map(Path, paths):
         if p.is_dir():
-            for nb in sorted(p.rglob("*.ipynb")):
+            for nb in sorted(_walk(p)):
                 if ".ipynb_checkpoints" in nb.parts:
                     continue
                 rel = nb.relative_to(p)
@@ -322,12 +369,21 @@ def find_notebooks(paths) -> list[tuple[Path, str]]:
         elif p.is_file():
             student = p.parent.name if p.stem in registry.MODULES and p.parent.name else p.stem
             found.append((p, student))
-        elif p.exists():
-            raise FileNotFoundError(f"{p} is neither a notebook nor a folder")
+        elif p.exists() or p.is_symlink():     # a link, a FIFO: refused, with a report
+            student = p.parent.name if p.stem in registry.MODULES and p.parent.name else p.stem
+            found.append((p, student))
         else:
             raise FileNotFoundError(f"{p} does not exist (relative paths start from "
                                     f"{Path.cwd()})")
     return found
+
+
+def _walk(folder: Path):
+    """Entries named ``*.ipynb`` below ``folder``, without following linked folders."""
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            if name.endswith(".ipynb"):
+                yield Path(top) / name
 
 
 def _grade_one(args) -> Report:
@@ -389,9 +445,23 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds for all of a notebook's cells (default {d.total_timeout:g})")
     parser.add_argument("--memory-gb", type=float, default=d.memory_mb / 1024,
                         help=f"memory cap per kernel process, GiB (default {d.memory_mb / 1024:g})")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run kernels without isolation (not for real submissions: a "
+                             "notebook could then read or change anything this user can)")
     args = parser.parse_args(argv)
 
     from .. import runtime
+
+    if args.no_sandbox:
+        os.environ["COURSE_NO_SANDBOX"] = "1"
+        sandbox.status(refresh=True)
+    isolation = sandbox.status()
+    if sandbox.available():
+        print(f"Isolation: each kernel in its own sandbox ({isolation})", flush=True)
+    else:
+        print("=" * 78 + "\nWARNING: submissions are NOT isolated: a notebook can read other "
+              "students' work\nand the solutions, change files, and signal this grader.\n"
+              f"Isolation {isolation}\n" + "=" * 78, file=sys.stderr, flush=True)
 
     try:
         notebooks = find_notebooks(args.paths)

@@ -1,13 +1,16 @@
 """Start an IPython kernel for a submission, with limits set before any of its code runs.
 
 The grader runs this file as the kernel's command (``python kernel_launcher.py
---memory-mb N -f CONNECTION_FILE``), by path, so that nothing of the course is imported
+--memory-mb N --file-mb N -f CONNECTION_FILE``), inside the sandbox when there is one
+(:mod:`helpers.grading.sandbox`), by path, so that nothing of the course is imported
 before the limits hold. Limits set here bind the kernel process and everything it runs:
 
 * ``RLIMIT_DATA`` caps the heap (malloc, mmap'd anonymous memory) in CPU mode. An
   allocation past it fails cleanly: torch raises "DefaultCPUAllocator: can't allocate
   memory", NumPy a MemoryError, and the learner's cell reports it. Not in GPU mode: the
   CUDA driver maps large regions of its own and would refuse to start.
+* ``RLIMIT_FSIZE`` caps any one file the kernel (or what it starts) writes, its own log
+  included: a write past it fails with "File too large" (Python ignores ``SIGXFSZ``).
 * No core dumps: a crashing submission must not leave gigabytes behind; a fatal error
   prints its Python traceback to the kernel's log instead (``faulthandler``).
 
@@ -21,13 +24,24 @@ import sys
 
 
 def main(argv: list[str]) -> None:
-    memory_mb = None
-    if argv[:1] == ["--memory-mb"]:
-        memory_mb, argv = int(argv[1]), argv[2:]
+    memory_mb = file_mb = None
+    while argv[:1] in (["--memory-mb"], ["--file-mb"]):
+        if argv[0] == "--memory-mb":
+            memory_mb = int(argv[1])
+        else:
+            file_mb = int(argv[1])
+        argv = argv[2:]
+    if file_mb:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb * 2**20, file_mb * 2**20))
     if memory_mb and os.environ.get("COURSE_MODE") == "cpu":
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if os.environ.pop("COURSE_SANDBOX", None):
+        # In the sandbox's PID namespace the grader's PID means nothing (ipykernel would
+        # think its parent gone, since its parent is PID 1); bwrap --die-with-parent does
+        # that job instead.
+        os.environ.pop("JPY_PARENT_PID", None)
     import faulthandler
 
     faulthandler.enable()  # a segfault prints "Fatal Python error" and a traceback to the log

@@ -69,6 +69,12 @@ class Report:
     seconds: float = 0.0
     error: str = ""                       # the notebook could not be graded at all
     limits: dict = field(default_factory=dict)
+    # How the submission's kernel was isolated: "bubblewrap 0.8.0", or "none: <why>".
+    isolation: str = ""
+
+    @property
+    def isolated(self) -> bool:
+        return bool(self.isolation) and not self.isolation.startswith("none")
 
     @property
     def score(self) -> float:
@@ -102,7 +108,7 @@ class Report:
                    parts=[PartResult(**p) for p in data.get("parts", [])],
                    cells=[CellResult(**c) for c in data.get("cells", [])],
                    seconds=data.get("seconds", 0.0), error=data.get("error", ""),
-                   limits=data.get("limits", {}))
+                   limits=data.get("limits", {}), isolation=data.get("isolation", ""))
 
     def write_json(self, path: Path) -> Path:
         path = Path(path)
@@ -121,6 +127,8 @@ class Report:
     def to_text(self, width: int = 100) -> str:
         head = [f"{self.assignment}: {self.notebook}",
                 f"{self.summary_line()}  [{self.mode.upper()} mode, {self.seconds:.0f} s]"]
+        if self.isolation and not self.isolated:
+            head.append(f"WARNING: graded WITHOUT isolation ({self.isolation})")
         if self.error:
             return "\n".join(head)
         key_w = max(4, *(len(p.key) for p in self.parts))
@@ -163,11 +171,13 @@ def write_gradebook(reports: list[Report], path: Path) -> Path:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student", "notebook", "assignment", "mode", "score", "max_score",
-                    "percent", *[f"part {k}" for k in keys], "notes"])
+                    "percent", *[f"part {k}" for k in keys], "notes", "isolation"])
         for r in sorted(reports, key=lambda r: r.student):
             by_key = {p.key: p for p in r.parts}
             cells = [p for p in keys if p in by_key]
             notes = [r.error] if r.error else []
+            if r.isolation and not r.isolated:
+                notes.append(f"NOT ISOLATED ({r.isolation})")
             notes += [c.describe() for c in r.cells]
             graded = bool(r.parts)     # an unreadable, unidentified notebook has no parts
             w.writerow([r.student, r.notebook, r.assignment, r.mode,
@@ -175,5 +185,5 @@ def write_gradebook(reports: list[Report], path: Path) -> Path:
                           else ("", "", "")),
                         *[(_n(by_key[k].points) if by_key[k].counted else "GPU")
                           if k in cells else "" for k in keys],
-                        "; ".join(notes)])
+                        "; ".join(notes), r.isolation])
     return path
