@@ -36,8 +36,8 @@ says "your answer is 8 times the right one" without knowing the right one.
 :class:`Expected` of the right value and a list of ``(Expected, description)`` for known
 mistakes. Its source, the *values*, is a dict, the format of ``answer_key()``::
 
-    {"1b": (6e9, 0.02, [(4e9, "you forget the write of C"), ...]), ...}
-     part   value rel    known mistakes: (value, what the learner did)
+    {"1b": (BYTES, 0.02, [(2 * N * 2, "you forget the write of C"), ...]), ...}
+     part   value  rel    known mistakes: (value, what the learner did)
 
 * :func:`exact_key` turns values into a :class:`Key` of :class:`Exact` entries;
 * :func:`seal` turns them into a JSON-able dict without any value (a fresh salt each
