@@ -80,8 +80,39 @@ def _test_travels(path: str, text: str) -> bool:
     return parts[1].endswith(".py") and not any(w in text for w in TEST_WORDS)
 
 
-def travels(path: str, repo: Path) -> bool:
-    """Whether the course file ``path`` (relative, POSIX) goes into the release."""
+def number_formats(x: float) -> set[str]:
+    """The ways a number is commonly written: repr, plain, grouped, scientific."""
+    x = float(x)
+    out = {repr(x), f"{x:.6g}", f"{x:.5g}", f"{x:.4g}"}
+    if x.is_integer():
+        out |= {str(int(x)), f"{int(x):,}", f"{int(x):_}"}
+    mantissa, exp = f"{x:.12e}".split("e")
+    mantissa, e = mantissa.rstrip("0").rstrip("."), int(exp)
+    for m in {mantissa, mantissa if "." in mantissa else mantissa + ".0"}:
+        out |= {f"{m}e{e}", f"{m}e{e:+03d}", f"{m}E{e}", f"{m}E{e:+03d}", f"{m}e{e:+d}"}
+    return out
+
+
+def too_round(x: float) -> bool:
+    """Numbers too round to tell from any other use of them (10^9 = N, 0.25, 120)."""
+    digits = f"{abs(float(x)):.12e}".split("e")[0].replace(".", "").rstrip("0")
+    return len(digits) <= 2 and abs(x) < 1e3 or digits == "1"
+
+
+def mentions(text: str, values) -> list[str]:
+    """The written forms of ``values`` (not too round) that occur as whole tokens in ``text``."""
+    found = []
+    for x in values:
+        if too_round(x):
+            continue
+        found += [f for f in sorted(number_formats(x))
+                  if re.search(r"(?<![\w.])" + re.escape(f) + r"(?![\w])", text)]
+    return found
+
+
+def travels(path: str, repo: Path, values=()) -> bool:
+    """Whether the course file ``path`` (relative, POSIX) goes into the release; ``values``
+    are the graded answers (a test that writes one out is left out)."""
     p = Path(path)
     parts = p.parts
     if not parts or parts[0] not in TOP:
@@ -97,8 +128,9 @@ def travels(path: str, repo: Path) -> bool:
         return False
     if parts[:2] == ("helpers", "grading") and p.name.startswith("keys_") and p.suffix == ".py":
         return False               # answer formulas, wherever they sit under grading/
-    if parts[0] == "tests":
-        return _test_travels(path, full.read_text(errors="replace"))
+    if parts[0] == "tests":        # a test that spells out a graded answer stays home
+        text = full.read_text(errors="replace")
+        return _test_travels(path, text) and not mentions(text, values)
     return True
 
 
@@ -234,9 +266,13 @@ def release(dest: Path, *, repo: Path = REPO, force: bool = False, strict: bool 
         elif target.exists() or target.is_symlink():
             target.unlink()
 
+    answers_ = [v[0] for info in keys.values() if info["values"]
+                for v in info["values"].values()]
+    answers_ += [w for info in keys.values() if info["values"]
+                 for v in info["values"].values() for w, _ in v[2]]
     written = []
     for path in _listed(repo):
-        if not travels(path, repo):
+        if not travels(path, repo, answers_):
             continue
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
