@@ -19,9 +19,18 @@ Two questions the checks must answer about a learner's launcher, whatever it pri
   operation, which tensor, which indices) and *not performed*, as if masked off, so the
   kernel finishes, nothing is corrupted, and the check can say exactly what went wrong.
 
+* **Did the kernel write the output it returned?** A launcher can launch a kernel that
+  stores nothing and copy a result computed with torch into the output. The guard also
+  records which elements each store of an interpreted kernel wrote, and the contents of
+  every tensor the kernel wrote when it finished (:meth:`Launch.written_by`), so a check
+  can tell an output the kernel wrote from one filled in around it.
+
 In GPU mode the guard needs an interpreted kernel: :func:`interpreted` swaps a notebook's
 compiled kernels for interpreted twins while a check runs (tensors are copied to the host
 and back by the interpreter, so the guard sees exact-size host copies).
+
+The lessons use it (lesson 03 shows a missing mask caught in the act) and so does the
+grader; it depends on nothing else in the course.
 
 This module patches Triton's interpreter, an internal API; every patch is undone when the
 ``with`` block ends, and :func:`guard_available` says whether this Triton has the hooks.
@@ -66,14 +75,74 @@ class Launch:
     fn: object                       # the kernel's Python function (under @triton.jit)
     name: str
     module: str
-    interpreted: bool
     constexprs: dict = field(default_factory=dict)
     tensor_ptrs: tuple = ()          # data_ptr() of every tensor argument, as passed
     violations: list = field(default_factory=list)
     ranges: list = field(default_factory=list, repr=False)  # set by the guard
+    tensors: dict = field(default_factory=dict, repr=False)  # argument name -> tensor
+    # Set by the guard, for interpreted launches: argument name -> bool array over the
+    # elements of that tensor's storage that a store wrote, and a copy of the storage as
+    # the kernel left it.
+    written: dict = field(default_factory=dict, repr=False)
+    after: dict = field(default_factory=dict, repr=False)
 
     def defined_in(self, namespace: dict) -> bool:
         return getattr(self.fn, "__globals__", None) is namespace
+
+    @property
+    def traced(self) -> bool:
+        """Were this launch's stores recorded (an interpreted launch under the guard)?"""
+        return bool(self.ranges)
+
+
+def _storage_indices(t) -> "np.ndarray":
+    """The storage element index of every element of ``t``, in ``t``'s order."""
+    import torch
+
+    flat = torch.arange(t.untyped_storage().nbytes() // max(1, t.element_size()))
+    return flat.as_strided(t.shape, t.stride(), t.storage_offset()).reshape(-1).numpy()
+
+
+def _flat_storage(t):
+    """The whole storage under ``t``, as a 1-D tensor of ``t``'s dtype."""
+    import torch
+
+    flat = torch.empty(0, dtype=t.dtype, device=t.device)
+    flat.set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),))
+    return flat
+
+
+def written_by(launches, out) -> tuple[int, int, int]:
+    """How the traced ``launches`` account for tensor ``out``.
+
+    Returns ``(given, unwritten, changed)``: how many of the launches were handed ``out``'s
+    storage (0: the kernels never saw this tensor); how many elements of ``out`` no store
+    of theirs wrote; how many differ from what the last of them left there (the launcher
+    changed them afterwards).
+    """
+    import torch
+
+    mine = [(launch, name) for launch in launches for name, t in launch.tensors.items()
+            if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+            and t.dtype == out.dtype and t.device == out.device]
+    if not mine:
+        return 0, out.numel(), 0
+    idx = _storage_indices(out)
+    covered = np.zeros(idx.shape, dtype=bool)
+    for launch, name in mine:
+        mask = launch.written.get(name)
+        if mask is not None:
+            inside = idx < mask.size
+            covered[inside] |= mask[idx[inside]]
+    last, name = mine[-1]
+    changed = 0
+    if name in last.after:
+        left = last.after[name][torch.from_numpy(idx).to(out.device)]
+        now = out.detach().reshape(-1)
+        same = (left == now) | (left.isnan() & now.isnan()) if left.is_floating_point() \
+            else (left == now)
+        changed = int((~same).sum())
+    return len(mine), int((~covered).sum()), changed
 
 
 @dataclass
@@ -97,7 +166,7 @@ def _kernel_fn(kernel):
     return fn
 
 
-def _record(kernel, args, kwargs, interpreted: bool) -> Launch:
+def _record(kernel, args, kwargs) -> Launch:
     fn = _kernel_fn(kernel)
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -109,9 +178,11 @@ def _record(kernel, args, kwargs, interpreted: bool) -> Launch:
         if is_constexpr.get(name) and isinstance(value, int):
             constexprs[name] = value
     ptrs = tuple(a.data_ptr() for a in list(args) + list(kwargs.values()) if hasattr(a, "data_ptr"))
+    named = list(zip([p.name for p in params], args)) + list(kwargs.items())
+    tensors = {name: value for name, value in named if hasattr(value, "untyped_storage")}
     launch = Launch(fn=fn, name=getattr(fn, "__name__", repr(kernel)),
-                    module=getattr(fn, "__module__", "") or "", interpreted=interpreted,
-                    constexprs=constexprs, tensor_ptrs=ptrs)
+                    module=getattr(fn, "__module__", "") or "", constexprs=constexprs,
+                    tensor_ptrs=ptrs, tensors=tensors)
     for log in _active:
         log.launches.append(launch)
     return launch
@@ -203,6 +274,8 @@ def _check(op: str, ptrs, mask):
     for _, start, end, *_ in ([home] if home is not None else ranges):
         inside |= (addr >= np.uint64(start)) & (addr + np.uint64(itemsize) <= np.uint64(end))
     bad = m & ~inside
+    if op == "store":
+        _mark_written(launch, addr[m & inside])
     if not bad.any():
         return mask
     bad_addr = addr[bad].astype(np.int64)
@@ -221,6 +294,25 @@ def _check(op: str, ptrs, mask):
     return itp.TensorHandle(np.asarray(m & inside), mask.dtype)
 
 
+def _mark_written(launch, addresses) -> None:
+    """Note the storage elements that a store's in-bounds lanes wrote."""
+    for name, start, end, size, *_ in launch.ranges:
+        sel = addresses[(addresses >= np.uint64(start)) & (addresses < np.uint64(end))]
+        if sel.size:
+            mask = launch.written.get(name)
+            if mask is None:
+                mask = launch.written[name] = np.zeros((end - start) // size, dtype=bool)
+            mask[((sel - np.uint64(start)) // np.uint64(size)).astype(np.int64)] = True
+
+
+def _keep_after(launch) -> None:
+    """Copy every tensor the kernel wrote, as it left it (see :func:`written_by`)."""
+    for name in launch.written:
+        t = launch.tensors.get(name)
+        if t is not None:
+            launch.after[name] = _flat_storage(t.detach()).clone()
+
+
 @contextlib.contextmanager
 def _patched(guard: bool):
     import triton.runtime.jit as jit
@@ -231,13 +323,19 @@ def _patched(guard: bool):
     def patch(owner, name, make):
         was_own = name in vars(owner)
         original = vars(owner)[name] if was_own else getattr(owner, name)
-        setattr(owner, name, make(getattr(owner, name)))
+        # A wrapper left by an earlier copy of this module (the grader re-imports the
+        # course before collecting results) is replaced, not wrapped a second time.
+        current = getattr(owner, name)
+        base = getattr(current, "__course_original__", current)
+        wrapper = make(base)
+        wrapper.__course_original__ = base
+        setattr(owner, name, wrapper)
         undo.append((owner, name, original, was_own))
 
     def wrap_jit_run(original):
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
-                _record(self, args, kwargs, interpreted=False)
+                _record(self, args, kwargs)
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         return run
 
@@ -245,12 +343,15 @@ def _patched(guard: bool):
         def run(self, *args, grid, warmup, **kwargs):
             if warmup:
                 return original(self, *args, grid=grid, warmup=warmup, **kwargs)
-            launch = _record(self, args, kwargs, interpreted=True)
+            launch = _record(self, args, kwargs)
             _current.append(launch)
             try:
-                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+                result = original(self, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
                 _current.pop()
+            if launch.written and _active:   # someone is watching: keep the evidence
+                _keep_after(launch)
+            return result
         return run
 
     def wrap_init_args(original):
@@ -353,7 +454,7 @@ def interpreted(namespace: dict):
     the interpreter, where :func:`watch` can bounds-check every access. In CPU mode the
     kernels are interpreted already and nothing changes.
     """
-    from .. import runtime
+    from . import runtime
 
     swapped = {}
     snapshot = None

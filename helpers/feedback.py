@@ -52,12 +52,30 @@ def _number(x: float) -> str:
     return f"{x:,.0f}" if x == int(x) and abs(x) < 1e7 else f"{x:.4g}"
 
 
-def check_number(part: str, got, expected: float, *, rel: float = 0.02, unit: str = "",
-                 mistakes: list[tuple[float, str]] = (), hint: str = "") -> Feedback:
+def _matches(expected, value: float, rel: float) -> bool:
+    """``value`` within ``rel`` of ``expected``: a number, or a key entry with ``matches``
+    (the student release keeps sealed answers, see :mod:`helpers.grading.answers`)."""
+    if hasattr(expected, "matches"):
+        return bool(expected.matches(value))
+    return _close(value, expected, rel)
+
+
+# Slips of scale a wrong number often shows: (factor, what it suggests).
+_SCALES = ((8, "8 (bits vs bytes?)"), (1e3, "1000 (a unit prefix?)"),
+           (1e6, "a million (a unit prefix?)"), (1e9, "a billion (a unit prefix?)"),
+           (1024**3 / 1e9, "1.074 (GiB vs GB?)"))
+
+
+def check_number(part: str, got, expected, *, rel: float = 0.02, unit: str = "",
+                 mistakes=(), hint: str = "", reveal: bool = True) -> Feedback:
     """Accept ``got`` within ``rel`` (relative) of ``expected``.
 
     ``mistakes`` lists ``(value, description)`` pairs: a ``got`` close to one of those
     values gets the description ("you counted bits, not bytes") in its message.
+
+    ``reveal=False`` is for graded parts: the message names the mistake and gives the
+    hint but never the expected value, nor how far off the answer is (which would give
+    it away). Lesson exercises reveal it.
     """
     u = f" {unit}" if unit else ""
     if got is None or got is Ellipsis:
@@ -71,23 +89,25 @@ def check_number(part: str, got, expected: float, *, rel: float = 0.02, unit: st
         return Feedback(part, False, f"expected a single number{u}, got {got!r}")
     if math.isnan(value) or math.isinf(value):
         return Feedback(part, False, f"got {value}; expected a finite number{u}")
-    if _close(value, expected, rel):
+    if _matches(expected, value, rel):
         return Feedback(part, True, f"{_number(value)}{u} is right")
     for wrong, description in mistakes:
-        if _close(value, wrong, rel):
-            return Feedback(part, False, f"{_number(value)}{u} is what you get if {description}; "
-                            f"expected {_number(expected)}{u}")
-    off = (value - expected) / expected if expected else float("inf")
-    ratio = value / expected if expected else float("inf")
+        if _matches(wrong, value, rel):
+            said = f"{_number(value)}{u} is what you get if {description}"
+            if reveal:
+                said += f"; expected {_number(expected)}{u}"
+            return Feedback(part, False, said)
     scale = ""
-    for factor, name in ((8, "8 (bits vs bytes?)"), (1e3, "1000 (a unit prefix?)"),
-                         (1e6, "a million (a unit prefix?)"), (1e9, "a billion (a unit prefix?)"),
-                         (1024**3 / 1e9, "1.074 (GiB vs GB?)")):
+    for factor, name in _SCALES:
         for r, word in ((factor, "times"), (1 / factor, "divided by")):
-            if _close(ratio, r, rel):
+            if _matches(expected, value / r, rel):
                 scale = f" Your answer is the expected one {word} {name}"
-    text = (f"{_number(value)}{u} is off by {off:+.1%} (expected {_number(expected)}{u}, "
-            f"tolerance {rel * 100:.3g}%).{scale}")
+    if reveal:
+        off = (value - expected) / expected if expected else float("inf")
+        text = (f"{_number(value)}{u} is off by {off:+.1%} (expected {_number(expected)}{u}, "
+                f"tolerance {rel * 100:.3g}%).{scale}")
+    else:
+        text = f"{_number(value)}{u} is not right (within {rel * 100:.3g}%).{scale}"
     if hint:
         text += f" Hint: {hint}"
     return Feedback(part, False, text)
@@ -114,9 +134,6 @@ def check_choice(part: str, got, expected: str, options: tuple[str, ...],
     return Feedback(part, False, f"{got!r} is not it. {why}".strip())
 
 
-def report(feedbacks: list[Feedback]) -> None:
-    """Print a list of feedback lines and a count."""
-    for fb in feedbacks:
-        print(fb)
-    passed = sum(fb.passed for fb in feedbacks)
-    print(f"{passed} of {len(feedbacks)} checks passed")
+def graded_number(part: str, got, expected, **kwargs) -> Feedback:
+    """:func:`check_number` for a graded part: names the mistake, never the answer."""
+    return check_number(part, got, expected, reveal=False, **kwargs)

@@ -5,13 +5,14 @@ For each notebook:
 1. Read it and copy it into a scratch folder. The learner's file is only ever read.
 2. Start a fresh kernel process there (:class:`~helpers.grading.session.Session`): memory
    capped, ``COURSE_MODE`` set to the grader's mode, in CPU mode with every interpreted
-   kernel bounds-guarded (:func:`helpers.grading.bounds.install`).
+   kernel bounds-guarded (:func:`helpers.bounds.install`).
 3. Run its code cells in order, each with a time limit, the whole under a total limit.
    A cell that raises does not stop the run, as in "Run All" with errors allowed; a cell
    that hangs is interrupted; one that kills the kernel is skipped and the cells before
    it are replayed in a new kernel.
-4. Run each graded part's check *inside that kernel*, on the names the notebook defined,
-   each under its own time limit (:func:`helpers.grading.registry.grade_to_file`).
+4. Grade the parts (:mod:`.parts`): collect raw results in that kernel, on inputs made
+   from a seed drawn after the cells ran, and judge them here, where the notebook cannot
+   reach, each collection under its own time limit.
 5. Report: a table of parts, points and messages; JSON in <out>/<assignment>/, and that
    folder's CSV gradebook rebuilt from all its reports. Folders are graded in parallel,
    one kernel process per core.
@@ -33,9 +34,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import registry, sandbox
-from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
-                     CellResult, PartResult, Report, read_json, write_gradebook)
+from . import parts, registry, sandbox
+from .report import (ERROR, NEEDS_GPU, CellResult, PartResult, Report, read_json,
+                     write_gradebook)
 
 DEFAULT_OUT = Path("grades")
 MAX_RESTARTS = 3
@@ -43,7 +44,7 @@ MAX_RESTARTS = 3
 # Runs before the learner's first cell: decide the mode, guard interpreted kernels.
 SETUP = """\
 import helpers
-from helpers.grading import bounds as _course_bounds
+from helpers import bounds as _course_bounds
 if helpers.is_cpu():
     _course_bounds.install()
 del _course_bounds
@@ -75,16 +76,6 @@ def _first_line(source: str) -> str:
         if line.strip() and not line.strip().startswith("#"):
             return line.strip()[:60]
     return source.strip()[:60]
-
-
-def _defining_cell(cells, name: str):
-    """The code cell that defines ``name`` (``def name``, ``name = ...``), if any."""
-    pattern = re.compile(rf"^\s*(def\s+{re.escape(name)}\b|class\s+{re.escape(name)}\b|"
-                         rf"{re.escape(name)}\s*(:[^=\n]*)?=(?!=))", re.MULTILINE)
-    for number, source in cells:
-        if pattern.search(source):
-            return number
-    return None
 
 
 class _Run:
@@ -133,65 +124,20 @@ class _Run:
             self.late_deaths.append(self.cells[last][0])
         return self.boot(len(self.cells) if last is None else last + 1)
 
+    def revive(self) -> bool:
+        """A live kernel with every cell replayed, unless it kept crashing (False)."""
+        if self.session is not None and self.session.alive():
+            return True
+        return self.restarts <= MAX_RESTARTS and self.boot(len(self.cells))
+
     def stop(self):
         if self.session is not None:
             self.session.stop()
 
 
-def _part_result(part, data: dict) -> PartResult:
-    status = data.get("status") or (PASSED if data.get("passed") else FAILED)
-    if data.get("passed"):
-        status = PASSED
-    return PartResult(part.key, part.title, part.points if data.get("passed") else 0,
-                      part.points, status, data.get("message", ""), data.get("seconds", 0.0))
-
-
-def _explain_missing(result: PartResult, names, cells, cell_results) -> None:
-    """Say *why* a graded name is missing: which cell should define it, what it raised."""
-    stub_left = any(c.ename == "NotImplementedError" for c in cell_results.values())
-    for name in names:
-        number = _defining_cell(cells, name)
-        failed = cell_results.get(number) if number is not None else None
-        if number is None:
-            if stub_left:
-                result.message = (f"not implemented yet: `{name}` is not defined and a cell "
-                                  "still raises NotImplementedError")
-            else:
-                result.status = FAILED
-                result.message = (f"`{name}` is not defined, and no code cell defines it: if "
-                                  "you renamed it, give it its name back")
-        elif failed is None:
-            result.status = FAILED
-            result.message = (f"`{name}` is defined in code cell {number} but no longer exists "
-                              "once the notebook has run: a later cell deleted it (del?)")
-        elif failed.status == "error" and failed.ename == "NotImplementedError":
-            continue  # the stub is still there: "not implemented" says it all
-        else:
-            result.status = ERROR
-            result.message = (f"`{name}` is not defined because code cell {number} "
-                              f"({failed.first_line!r}) " + failed.what() + ".")
-
-
-_UNDEFINED = re.compile(r"name '(\w+)' is not defined")
-
-
-def _explain_undefined(result: PartResult, cells, cell_results) -> None:
-    """A check that hit ``NameError: name 'x'``: point at the cell that should define x."""
-    match = _UNDEFINED.search(result.message)
-    if not match:
-        return
-    number = _defining_cell(cells, match.group(1))
-    failed = cell_results.get(number) if number is not None else None
-    if failed is not None:
-        result.message += (f" (code cell {number}, which defines `{match.group(1)}`, "
-                           f"{failed.what()})")
-
-
 def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limits(),
                    mode: str | None = None, student: str | None = None) -> Report:
     """Grade one submitted notebook; never raises for anything the submission does."""
-    import json
-
     import nbformat
 
     from .. import runtime
@@ -270,55 +216,8 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
                 _first_line(source))
         report.cells = [cell_results[k] for k in sorted(cell_results)]
 
-        dead_groups: dict[str, PartResult] = {}
-        for part in spec.parts:
-            if part.gpu and mode == "cpu":
-                from ..feedback import needs_gpu
-
-                report.parts.append(PartResult(part.key, part.title, 0, part.points, NEEDS_GPU,
-                                               needs_gpu(part.label).message))
-                continue
-            if part.group and part.group in dead_groups:
-                first = dead_groups[part.group]
-                report.parts.append(PartResult(part.key, part.title, 0, part.points,
-                                               first.status, f"not checked: part {first.key} "
-                                               f"{first.status} on the same code"))
-                continue
-            if run.session is None or not run.session.alive():
-                if run.restarts > MAX_RESTARTS or not run.boot(len(cells)):
-                    report.parts.append(PartResult(part.key, part.title, 0, part.points,
-                                                   CRASHED, "not checked: the kernel kept "
-                                                   "crashing"))
-                    continue
-            out = Path(tmp) / f"part-{part.key}.json"
-            code = (f"__import__('helpers.grading.registry', fromlist=['_'])"
-                    f".grade_to_file({name!r}, {part.key!r}, globals(), {str(out)!r})")
-            ex = run.session.run(code, limits.part_timeout)
-            if ex.status == "ok" and out.exists():
-                data = json.loads(out.read_text())
-                result = _part_result(part, data)
-                if result.status == NOT_IMPLEMENTED and data.get("missing"):
-                    _explain_missing(result, data["missing"], cells, cell_results)
-                elif result.status != PASSED:
-                    _explain_undefined(result, cells, cell_results)
-            elif ex.status == "timeout":
-                result = PartResult(part.key, part.title, 0, part.points, TIMED_OUT,
-                                    f"the check was stopped after {limits.part_timeout:g} s "
-                                    f"(the time limit): something in {', '.join(part.names)} "
-                                    "never finishes (an infinite loop?)", round(ex.seconds, 2))
-            elif ex.status == "died":
-                result = PartResult(part.key, part.title, 0, part.points, CRASHED,
-                                    f"checking this part crashed the kernel: {ex.reason}",
-                                    round(ex.seconds, 2))
-            else:
-                result = PartResult(part.key, part.title, 0, part.points, ERROR,
-                                    f"the check could not run in this notebook: {ex.ename}: "
-                                    f"{ex.evalue}", round(ex.seconds, 2))
-            report.parts.append(result)
-            if result.status in (TIMED_OUT, CRASHED) and part.group:
-                dead_groups[part.group] = result
-            if not ex.alive:
-                run.boot(len(cells))
+        report.parts, raws = parts.grade_parts(spec, run, cells, cell_results, tmp, mode,
+                                                limits)
     except Exception as err:  # noqa: BLE001 - the grader's own failure, reported
         report.error = f"grading failed: {type(err).__name__}: {err}"
     finally:

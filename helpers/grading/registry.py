@@ -1,36 +1,36 @@
-"""The graded parts of every assignment, and how one part is checked.
+"""The graded parts of every assignment; collecting a notebook's answers; judging them.
 
 An assignment is the list of its parts. A part has points, the names it reads from the
-learner's notebook (``add_bytes``, ``vector_add``, ...) and a check: a function from the
-notebook's globals to a :class:`~helpers.feedback.Feedback`. The same check serves twice:
+learner's notebook (``add_bytes``, ``vector_add``, ...) and two halves:
 
-* in the notebook, a ``check_*`` call runs it on the learner's globals and prints the
-  verdict at once;
-* in the grader, it runs inside the submission's own kernel process, after the notebook
-  has executed, on the very names the learner defined (:func:`grade_to_file`).
+* **collect** runs where the learner's code is, inside the learner's kernel process: it
+  reads the plain values of the part's names (numbers, words, sets of words), or, for a
+  graded function, runs it on inputs made from a seed it is handed and records what
+  happened (:mod:`.harness`). It returns *raw results* and decides nothing.
+* **judge** turns raw results into a :class:`~helpers.feedback.Feedback`. In the notebook
+  (``check_*`` calls) both halves run right there, for immediate feedback. When grading,
+  the grader sends the seed, which the notebook cannot know in advance, and judges the
+  raw results in its own process, which the notebook cannot reach: nothing a notebook
+  patches, shadows or imports decides its own verdict.
 
-So the learner and the gradebook can never disagree. Adding an assignment: write a module
-with its checks and an :class:`Assignment`, and list it in :data:`MODULES`.
+Assignments are found, not listed: every module of :mod:`helpers.grading.assignments`
+defines ``ASSIGNMENT``, named after the notebook it grades (``03_vector_add_intensity``).
 """
 
 from __future__ import annotations
 
 import importlib
-import json
+import io
+import math
+import pkgutil
 import sys
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import runtime
 from ..feedback import Feedback, needs_gpu, not_implemented
-
-# The assignment name is the notebook's file name without ``.ipynb``.
-MODULES = {
-    "03_vector_add_intensity": "helpers.grading.vector_add",
-    "04_tiling": "helpers.grading.tiling",
-    "05_fusion": "helpers.grading.fusion",
-}
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,23 @@ class Part:
     key: str                                   # "1a", "3b": how reports refer to it
     title: str
     points: float
-    check: Callable[[dict], Feedback]
-    names: tuple[str, ...] = ()                # notebook names the check reads
+    judge: Callable[[dict], Feedback]          # raw results -> verdict (any process)
+    names: tuple[str, ...] = ()                # notebook names it reads
     gpu: bool = False                          # graded only in GPU mode
-    group: str = ""                            # parts that share one (possibly slow) run
+    group: str = ""                            # parts that share one collection
+    # (namespace, seed) -> raw results, in the learner's process. None: the plain values
+    # of ``names`` (napkin math).
+    collect: Callable[[dict, int], dict] | None = None
+    after: str = ""                            # a group whose parts must all pass first
 
     @property
     def label(self) -> str:
         return f"{self.key} {self.title}"
+
+    @property
+    def unit(self) -> str:
+        """The key of the collection this part's raw results come from."""
+        return self.group or self.key
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,10 @@ class Assignment:
                 return p
         raise KeyError(f"{self.name} has no part {key!r}; parts: {[p.key for p in self.parts]}")
 
+    def unit(self, key: str) -> list[Part]:
+        """The parts collected together under ``key`` (a group, or a lone part's key)."""
+        return [p for p in self.parts if p.unit == key]
+
     @property
     def max_points(self) -> float:
         return sum(p.points for p in self.parts)
@@ -68,15 +81,42 @@ class Assignment:
         return tuple(dict.fromkeys(n for p in self.parts for n in p.names))
 
 
+# ------------------------------------------------------------------------------------
+# Finding the assignments.
+# ------------------------------------------------------------------------------------
+
+_found: dict[str, str] = {}
+
+
+def modules() -> dict[str, str]:
+    """``{assignment name: module}`` for every module of :mod:`helpers.grading.assignments`."""
+    if not _found:
+        from . import assignments
+
+        for info in sorted(pkgutil.iter_modules(assignments.__path__), key=lambda i: i.name):
+            module = f"{assignments.__name__}.{info.name}"
+            spec = getattr(importlib.import_module(module), "ASSIGNMENT", None)
+            if isinstance(spec, Assignment):
+                _found[spec.name] = module
+    return dict(_found)
+
+
+def __getattr__(name: str):
+    if name == "MODULES":    # found on first use: the assignment modules import this one
+        return modules()
+    raise AttributeError(name)
+
+
 def get(name: str) -> Assignment:
     """The assignment called ``name`` (e.g. ``"03_vector_add_intensity"``)."""
-    if name not in MODULES:
-        raise KeyError(f"no graded assignment {name!r}; known: {', '.join(sorted(MODULES))}")
-    return importlib.import_module(MODULES[name]).ASSIGNMENT
+    found = modules()
+    if name not in found:
+        raise KeyError(f"no graded assignment {name!r}; known: {', '.join(sorted(found))}")
+    return importlib.import_module(found[name]).ASSIGNMENT
 
 
 # ------------------------------------------------------------------------------------
-# Reading answers out of a notebook's globals.
+# Collecting: the plain values of a notebook's answers.
 # ------------------------------------------------------------------------------------
 
 
@@ -88,15 +128,74 @@ class MissingAnswer(LookupError):
         self.name = name
 
 
-def answer(namespace: dict, name: str, *, callable_: bool = False):
-    """``namespace[name]``, or :class:`MissingAnswer` if the learner has not defined it."""
-    if name not in namespace:
+@dataclass(frozen=True)
+class Opaque:
+    """An answer that is not a plain value (a function, an array, ...): its type and look."""
+
+    type_name: str
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def plain(value):
+    """``value`` as data a check can read without running any of the learner's code.
+
+    Numbers become ``int``/``float`` (NumPy and torch scalars too), words stay words, a
+    set, list or tuple of words becomes a ``set``; anything else an :class:`Opaque`.
+    """
+    if value is None or value is Ellipsis or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, (set, frozenset, list, tuple)) and all(isinstance(v, str) for v in value):
+        return {str(v) for v in value}
+    if hasattr(value, "__float__") and getattr(value, "ndim", 0) == 0 \
+            and not isinstance(value, (str, bytes)):
+        try:
+            return float(value)
+        except Exception:  # noqa: BLE001 - a strange object: shown as it is
+            pass
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001
+        text = object.__repr__(value)
+    return Opaque(type(value).__name__, text[:80])
+
+
+def collect_answers(names, namespace: dict) -> dict:
+    """``{name: plain value}`` of the names the notebook defines (missing ones left out)."""
+    return {name: plain(namespace[name]) for name in names if name in namespace}
+
+
+def answer(values: dict, name: str):
+    """``values[name]``, or :class:`MissingAnswer` if the learner has not defined it."""
+    if name not in values:
         raise MissingAnswer(name)
-    value = namespace[name]
-    if callable_ and not callable(value):
-        raise TypeError(f"`{name}` should be a function, but it is {type(value).__name__} "
-                        f"{value!r:.60}")
-    return value
+    return values[name]
+
+
+ANSWERS = "answers"     # the key that collects every napkin-math answer at once
+
+
+def collect(assignment: Assignment, key: str, namespace: dict, seed: int):
+    """The raw results of the parts collected under ``key``, from ``namespace``."""
+    if key == ANSWERS:
+        return collect_answers(dict.fromkeys(n for p in assignment.parts if p.collect is None
+                                             for n in p.names), namespace)
+    parts = assignment.unit(key)
+    collector = next((p.collect for p in parts if p.collect is not None), None)
+    if collector is not None:
+        return collector(namespace, seed)
+    return collect_answers(dict.fromkeys(n for p in parts for n in p.names), namespace)
+
+
+# ------------------------------------------------------------------------------------
+# Judging.
+# ------------------------------------------------------------------------------------
 
 
 def is_not_implemented(err: BaseException) -> bool:
@@ -114,17 +213,15 @@ def is_not_implemented(err: BaseException) -> bool:
     return False
 
 
-def evaluate(part: Part, namespace: dict) -> tuple[Feedback, list[str]]:
-    """Run one part's check; never raises (but lets KeyboardInterrupt through).
+def judge(part: Part, raw) -> tuple[Feedback, list[str]]:
+    """One part's verdict on its raw results; never raises (but lets KeyboardInterrupt by).
 
     Returns the feedback and the graded names that were missing.
     """
-    from .. import runtime
-
     if part.gpu and not runtime.is_gpu():
         return needs_gpu(part.label), []
     try:
-        return part.check(namespace), []
+        return part.judge(raw), []
     except MissingAnswer as missing:
         return Feedback(part.label, False,
                         f"`{missing.name}` is not defined: run the cell that defines it (the "
@@ -154,16 +251,12 @@ class Results(list):
 
     def __repr__(self) -> str:
         lines = [str(fb) for fb in self]
-        lines.append(f"{_num(self.points)} / {_num(self.max_points)} points"
+        lines.append(f"{self.points:g} / {self.max_points:g} points"
                      + (" (parts marked … are graded on a GPU)"
                         if any(fb.status == "needs a GPU" for fb in self) else ""))
         return "\n".join(lines)
 
     __str__ = __repr__
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"
 
 
 def caller_namespace(namespace: dict | None) -> dict:
@@ -174,33 +267,135 @@ def caller_namespace(namespace: dict | None) -> dict:
     return namespace if namespace is not None else sys._getframe(2).f_globals
 
 
+NOTEBOOK_SEED = 0   # in the notebook the inputs are the same on every call
+
+
 def run_checks(assignment: Assignment, keys, namespace: dict) -> Results:
-    """Check the parts ``keys`` of ``assignment`` on ``namespace`` (for ``check_*`` calls)."""
-    return Results([(p, evaluate(p, namespace)[0]) for p in map(assignment.part, keys)])
+    """Collect and judge the parts ``keys`` of ``assignment`` (for ``check_*`` calls).
 
-
-# ------------------------------------------------------------------------------------
-# Inside the grader's kernel: check one part, write the verdict to a file.
-# ------------------------------------------------------------------------------------
-
-
-def grade_to_file(assignment_name: str, key: str, namespace: dict, path: str) -> None:
-    """Check part ``key`` on ``namespace`` and write the outcome as JSON to ``path``.
-
-    The grader runs this in the submission's kernel. It writes a file rather than
-    printing, so nothing the learner did to ``print`` or ``sys.stdout`` can garble it.
+    A part that must wait for a group (``after``) gets that group's verdicts first.
     """
+    wanted = [assignment.part(k) for k in keys]
+    raws: dict[str, object] = {}
+    verdicts: dict[str, Feedback] = {}
+
+    def verdict(part: Part) -> Feedback:
+        if part.key not in verdicts:
+            blocked = _blocked(assignment, part, verdict)
+            if blocked is not None:
+                verdicts[part.key] = blocked
+            else:
+                if part.unit not in raws and not (part.gpu and not runtime.is_gpu()):
+                    raws[part.unit] = collect(assignment, part.unit, namespace, NOTEBOOK_SEED)
+                verdicts[part.key] = judge(part, raws.get(part.unit))[0]
+        return verdicts[part.key]
+
+    return Results([(p, verdict(p)) for p in wanted])
+
+
+def _blocked(assignment: Assignment, part: Part, verdict) -> Feedback | None:
+    """A failed verdict for ``part`` if the group it waits for did not pass, else None."""
+    if not part.after or (part.gpu and not runtime.is_gpu()):
+        return None
+    first = assignment.unit(part.after)
+    failed = [p for p in first if not verdict(p).passed and verdict(p).status != "needs a GPU"]
+    if not failed:
+        return None
+    if all(verdict(p).status == "not implemented" for p in failed):
+        return not_implemented(part.label)
+    keys = ", ".join(p.key for p in first)
+    return Feedback(part.label, False, f"needs a correct, in-bounds kernel first (parts {keys})")
+
+
+# ------------------------------------------------------------------------------------
+# Between the learner's kernel process and the grader: raw results in a file.
+# ------------------------------------------------------------------------------------
+
+MAX_RAW_BYTES = 1 << 30     # raw results larger than this are refused
+
+
+def _encode(obj):
+    """Raw results in the few types that ``torch.load(weights_only=True)`` accepts."""
+    if isinstance(obj, (set, frozenset)):
+        return {"__set__": sorted(map(str, obj))}
+    if isinstance(obj, Opaque):
+        return {"__opaque__": obj.type_name, "text": obj.text}
+    if isinstance(obj, dict):
+        return {str(k): _encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(v) for v in obj]
+    if obj is Ellipsis:
+        return {"__ellipsis__": True}
+    return obj
+
+
+def _decode(obj):
+    if isinstance(obj, dict):
+        if set(obj) == {"__set__"}:
+            return set(obj["__set__"])
+        if set(obj) == {"__opaque__", "text"}:
+            return Opaque(str(obj["__opaque__"]), str(obj["text"]))
+        if set(obj) == {"__ellipsis__"}:
+            return Ellipsis
+        return {k: _decode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode(v) for v in obj]
+    return obj
+
+
+def collect_to_file(assignment_name: str, key: str, seed: int, namespace: dict,
+                    path: str) -> None:
+    """In the learner's kernel: collect the raw results under ``key`` and save them.
+
+    The grader runs this after the notebook's cells, with a fresh import of the course
+    (whatever the notebook did to ``helpers`` modules is gone). Only data is written:
+    numbers, words and tensors; the grader reads it with ``weights_only=True``.
+    """
+    import torch
+
     start = time.perf_counter()
     try:
-        part = get(assignment_name).part(key)
-        feedback, missing = evaluate(part, namespace)
-        out = {"passed": feedback.passed, "status": feedback.status,
-               "message": feedback.message, "missing": missing}
-    except Exception as err:  # noqa: BLE001 - the grader's own failure, reported as such
-        out = {"passed": False, "status": "error", "missing": [],
-               "message": f"the grader failed on this part: {type(err).__name__}: {err}",
-               "traceback": traceback.format_exc()}
-    out["seconds"] = round(time.perf_counter() - start, 3)
-    with open(path, "w") as f:
-        json.dump(out, f)
-    sys.stdout.flush()
+        raw = {"ok": True, "raw": _encode(collect(get(assignment_name), key, namespace, seed))}
+    except Exception as err:  # noqa: BLE001 - reported; the grader decides what it means
+        raw = {"ok": False, "error": f"{type(err).__name__}: {err}"[:2000],
+               "not_implemented": is_not_implemented(err),
+               "missing": err.name if isinstance(err, MissingAnswer) else "",
+               "traceback": traceback.format_exc()[-4000:]}
+    raw["seconds"] = round(time.perf_counter() - start, 3)
+    buffer = io.BytesIO()
+    torch.save(raw, buffer)
+    with open(path, "wb") as f:
+        f.write(buffer.getvalue())
+
+
+class UnreadableResults(ValueError):
+    """The file of raw results is missing, too large or not what the grader wrote."""
+
+
+def read_results(path) -> dict:
+    """Raw results saved by :func:`collect_to_file`, read as data only (no code runs)."""
+    import os
+
+    import torch
+
+    try:
+        size = os.stat(path).st_size
+    except OSError as err:
+        raise UnreadableResults(f"no results were written ({err.strerror})") from None
+    if size > MAX_RAW_BYTES:
+        raise UnreadableResults(f"the results are {size:,} bytes, over the limit of "
+                                f"{MAX_RAW_BYTES:,}")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - anything but our own data
+        raise UnreadableResults(f"the results could not be read as data "
+                                f"({type(err).__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+        raise UnreadableResults("the results file is not one the grader wrote")
+    if data["ok"]:
+        data["raw"] = _decode(data.get("raw"))
+    return data
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,434 @@
+"""Assignment 04, a tiled matmul: its graded parts and the ``check_*`` calls of the notebook.
+
+Every expected value comes from the course's napkin math (:mod:`helpers.kernels.matmul`)
+and its reference product; none is typed in.
+
+Parts (15 points; 12 graded in CPU mode, the last 3 on a GPU):
+
+=====  ==========================================================  ======
+1a-1b  napkin math for one tile: intensity, SRAM with 4 stages        2
+2a     ``matmul`` launches the notebook's kernel and matches the      4
+       reference on awkward shapes (fp16 and fp32)
+2b     ... on transposed and sliced inputs (strides)                  2
+2c     its kernel never reads or writes outside A, B and C            2
+2d     it accumulates in fp32 (errors in units of the last place)     2
+3      >= 70 % of torch.matmul (cuBLAS) at 4096^3 fp16 (GPU)          3
+=====  ==========================================================  ======
+
+The kernel is tested with the learner's own block sizes (read from the launch): the shapes
+are chosen around them, so that there are partial tiles on every edge whatever the blocks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ... import runtime
+from ...feedback import Feedback, graded_number, not_implemented
+from ...kernels import matmul as mm
+from .. import harness
+from ..gpu import gpu_lock
+from ..registry import Assignment, Part, answer, caller_namespace, run_checks
+
+FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
+
+# Part 1: one tile of 64 x 128 outputs, BLOCK_K = 32, bf16, 4 pipeline stages.
+TILE = (64, 128, 32)
+TILE_DTYPE = BF16
+TILE_STAGES = 4
+INTENSITY = mm.tile_intensity(*TILE, TILE_DTYPE)
+SRAM = mm.sram_bytes(*TILE, TILE_DTYPE, TILE_STAGES)
+
+# Part 2.
+DTYPES = (FP16, FP32)
+# (atol, rtol) for randn inputs with K up to ~100, scaled by sqrt(K / 100) (|C| grows so).
+# fp16: one rounding of an fp32 sum; fp32: TF32 on a GPU's tensor cores.
+TOLERANCES = {FP16: (2e-2, 2e-3), BF16: (1e-1, 1.6e-2), FP32: (5e-2, 1e-2)}
+ACC_ULP_LIMIT = 1.0          # fp32 accumulation stays within ~0.5 ulp of the exact product
+WRONG_ULP = 64.0             # beyond this the kernel is wrong, not imprecise
+DEFAULT_BLOCK = 32           # if the launch says nothing about the blocks
+
+# Part 3.
+SPEED_N = 4096
+SPEED_GOAL = 0.70
+
+
+# ------------------------------------------------------------------------------------
+# Part 1: napkin math for one tile.
+# ------------------------------------------------------------------------------------
+
+
+def _intensity(ns):
+    bm, bn, bk = TILE
+    s = TILE_DTYPE.itemsize
+    return graded_number(
+        "1a tile intensity", answer(ns, "tile_intensity"), INTENSITY, rel=0.02,
+        unit="FLOP/byte", mistakes=[
+            (INTENSITY / 2, "you count one FLOP per multiply-add (it is two), or 4 bytes per "
+                            "element (bf16 is 2)"),
+            (2 * bm * bn * bk / (bm * bk * s), "you count the A tile's bytes only: the B tile "
+                                               "is loaded too"),
+            (2 * bm * bn * bk / (bn * bk * s), "you count the B tile's bytes only: the A tile "
+                                               "is loaded too"),
+            (1 / INTENSITY, "you divide bytes by FLOPs: intensity is FLOPs per byte"),
+            (INTENSITY / 8, "you count bits, not bytes")],
+        hint="per K step: 2 x BLOCK_M x BLOCK_N x BLOCK_K FLOPs for (BLOCK_M + BLOCK_N) x "
+             "BLOCK_K loaded values of 2 bytes.")
+
+
+def _sram(ns):
+    bm, bn, bk = TILE
+    s = TILE_DTYPE.itemsize
+    stage = (bm * bk + bk * bn) * s
+    return graded_number(
+        "1b SRAM per program", answer(ns, "tile_sram_bytes"), SRAM, rel=0.02, unit="bytes",
+        mistakes=[
+            (stage, "you count one stage: each of the 4 stages has its own A and B tiles"),
+            (SRAM + bm * bn * 4, "you add the fp32 accumulator: it lives in registers, not "
+                                 "shared memory"),
+            (TILE_STAGES * bm * bn * s, "you count a tile of C: the stages hold tiles of A "
+                                        "and B"),
+            (2 * SRAM, "you use 4 bytes per element: bf16 is 2"),
+            (8 * SRAM, "you count bits, not bytes"),
+            (SRAM / 1024, "you give KiB; the answer is in bytes")],
+        hint="stages x (BLOCK_M x BLOCK_K + BLOCK_K x BLOCK_N) x 2 bytes.")
+
+
+# ------------------------------------------------------------------------------------
+# Part 2: the kernel and its launcher.
+# ------------------------------------------------------------------------------------
+
+
+def _blocks(constexprs: dict) -> tuple[int, int, int] | None:
+    c = {k.upper(): v for k, v in (constexprs or {}).items()}
+    got = tuple(c.get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    return got if all(isinstance(v, int) and v > 0 for v in got) else None
+
+
+def shapes_for(blocks) -> list[tuple[int, int, int]]:
+    """(M, N, K) around the blocks: partial tiles on every edge, K shorter than a block,
+    a single row (M = 1, a matrix-vector product) and a single element."""
+    bm, bn, bk = blocks or (DEFAULT_BLOCK,) * 3
+    return [(bm + 1, bn - 1, bk + 3), (2 * bm + 3, bn + 5, 2 * bk + 7), (bm, bn, bk),
+            (1, 1, 1), (5, 2 * bn + 1, 3), (1, bn + 1, bk + 1)]
+
+
+CONTIGUOUS = "contiguous"
+STRIDED = ("A transposed, B every other column", "B transposed")
+ZERO_ROWS = "A with zero rows"
+ACCUMULATION = "all-positive inputs,"
+DTYPE_OF = {harness.dtype_name(d): d for d in (FP16, BF16, FP32)}
+
+
+class Matmul(harness.KernelTask):
+    function = "matmul"
+    call = "matmul(a, b)"
+    outputs = ("C",)
+    tensors = "A, B and C"
+    mask_hint = ("Mask every load and the store on all the edges they can cross: rows "
+                 "(offs_m < M), columns (offs_n < N) and the K tail (offs_k < K - k)")
+
+    @staticmethod
+    def case(kind, shape, dtype, compiled=False):
+        M, N, K = shape
+        name = harness.dtype_name(dtype)
+        return harness.Case(f"{kind} M={M}, N={N}, K={K}, {name}",
+                            {"kind": kind, "shape": list(shape), "dtype": name}, 0, compiled)
+
+    def first(self):
+        return self.case(CONTIGUOUS, (3, 5, 7), FP16)
+
+    def cases(self, constexprs):
+        blocks = _blocks(constexprs)
+        bm, bn, bk = blocks or (DEFAULT_BLOCK,) * 3
+        out = [self.case(CONTIGUOUS, shape, dtype)
+               for dtype in DTYPES for shape in shapes_for(blocks)]
+        out += [self.case(kind, (bm + 3, bn + 1, bk + 5), FP16) for kind in STRIDED]
+        out.append(self.case(ZERO_ROWS, (bm + 2, bn + 2, bk + 2), FP16))
+        out.append(self.accumulation(blocks))
+        return out
+
+    def accumulation(self, blocks, compiled=False):
+        """All-positive fp16 inputs and a long K: an fp16 running sum drifts, fp32 does not."""
+        bm, bn, bk = blocks or (DEFAULT_BLOCK,) * 3
+        return self.case(ACCUMULATION, (min(bm, 32), min(bn, 32), max(512, 16 * bk)), FP16,
+                         compiled)
+
+    def compiled_cases(self, constexprs):
+        blocks = _blocks(constexprs)
+        out = [self.case(kind, (1000 + i, 517, 999), dtype, compiled=True)
+               for i, dtype in enumerate((FP16, BF16, FP32)) for kind in (CONTIGUOUS, STRIDED[0])]
+        return out + [self.accumulation(blocks, compiled=True)]
+
+    def inputs(self, case, device):
+        M, N, K = case.params["shape"]
+        dtype, kind = DTYPE_OF[case.params["dtype"]], case.params["kind"]
+        g = harness.generator(case.seed)
+        if kind == ACCUMULATION:
+            a, b = torch.rand(M, K, generator=g), torch.rand(K, N, generator=g)
+        elif kind == STRIDED[0]:
+            a = torch.randn(K, M, generator=g).t()
+            b = torch.randn(K, 2 * N, generator=g)[:, ::2]
+        elif kind == STRIDED[1]:
+            a, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g).t()
+        else:
+            a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+            if kind == ZERO_ROWS:
+                a[::2] = 0.0
+        return a.to(dtype).to(device), b.to(dtype).to(device)
+
+    def reference(self, case, inputs):
+        return (mm.matmul_reference(*inputs),)
+
+    def compare(self, case, got, want, inputs, blocks):
+        if case.params["kind"] == ACCUMULATION:
+            return None          # part 2d judges it in units of the last place
+        (c,), (w,) = got, want
+        a, b = inputs
+        M, N, K = case.params["shape"]
+        atol, rtol = TOLERANCES[w.dtype]
+        scale = max(1.0, math.sqrt(K / 100))
+        bad = harness.close_hint(c, w, atol * scale, rtol)
+        if bad is None:
+            return None
+        count, (i, j) = bad
+        return (f"{count} of {M * N} elements of C are off; first C[{i}, {j}]: expected "
+                f"{w[i, j].item():.4g}, got {c[i, j].item():.4g}. "
+                + _hint(c, w, a, b, _blocks(blocks)))
+
+    def summary(self, cases):
+        shapes = sorted({tuple(c.params["shape"]) for c in cases})
+        dtypes = sorted({c.params["dtype"] for c in cases})
+        return (f"{', '.join('x'.join(map(str, s)) for s in shapes)} (M x N x K) in "
+                f"{' and '.join(dtypes)}")
+
+    def unwatchable(self) -> str | None:
+        """Why this GPU machine cannot watch the kernel's loads and stores, or ``None``.
+
+        The watch runs the kernel in Triton's interpreter. Triton < 3.7's interpreter stops
+        on any kernel with a loop under NumPy >= 2.4 (see
+        :func:`helpers.runtime.check_versions`); the course's pinned versions do not have
+        that problem, a hand-made environment may.
+        """
+        if not runtime.is_gpu():
+            return None
+        import numpy
+        import triton
+
+        version = runtime._version_tuple
+        if version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 4):
+            return (f"this machine's Triton {triton.__version__} interpreter cannot run kernels "
+                    f"with loops under NumPy {numpy.__version__}, so loads and stores could "
+                    "not be watched here (the other parts ran compiled). Grade with the "
+                    "course's environment (./course env: Triton 3.7.1) or in CPU mode")
+        return None
+
+
+TASK = Matmul()
+
+
+def _hint(got, want, a, b, blocks) -> str:
+    """What a wrong C's pattern of errors says about the kernel."""
+    M, K = a.shape
+    N = b.shape[1]
+    bm, bn, bk = blocks or (DEFAULT_BLOCK,) * 3
+    g, w = got.float(), want.float()
+    if torch.isnan(g).any():
+        return ("C holds NaN: an element no program wrote (torch.empty keeps leftovers; is the "
+                "grid triton.cdiv(M, BLOCK_M) x triton.cdiv(N, BLOCK_N)?) or a masked load "
+                "without other=0.0")
+    atol, rtol = TOLERANCES[want.dtype]
+    bad = ~torch.isclose(g, w, atol=atol * 4, rtol=rtol * 4)
+    rows = bad.any(dim=1).nonzero().flatten()
+    cols = bad.any(dim=0).nonzero().flatten()
+    full_m, full_n = M // bm * bm, N // bn * bn
+    # A partial tile is to blame only if the full tiles before it came out right.
+    if len(rows) and full_m and rows.min() >= full_m and M % bm:
+        return (f"only rows {full_m} and up are wrong, the last partial row of tiles: mask the "
+                "rows with offs_m < M on the load of A and on the store, and launch "
+                "triton.cdiv(M, BLOCK_M) rows of programs")
+    if len(cols) and full_n and cols.min() >= full_n and N % bn:
+        return (f"only columns {full_n} and up are wrong, the last partial column of tiles: "
+                "mask the columns with offs_n < N on the load of B and on the store")
+    kk = K // bk * bk
+    if K % bk and kk:
+        truncated = (a[:, :kk].float() @ b[:kk].float()).to(want.dtype).float()
+        if torch.allclose(g, truncated, atol=atol, rtol=rtol):
+            return (f"C equals the product over the first {kk} of K={K} only: the last, partial "
+                    "K step is missing (loop over range(0, K, BLOCK_K) and mask offs_k < K - k)")
+    return ("wrong almost everywhere: check the K loop. Each step must load A[offs_m, k + "
+            "offs_k] and B[k + offs_k, offs_n], through the strides (a_ptr + offs_m * "
+            "stride_am + offs_k * stride_ak, ...), mask offs_k < K - k, and advance the "
+            "pointers by BLOCK_K * stride_ak and BLOCK_K * stride_bk")
+
+
+def _collect_kernel(ns, seed):
+    return harness.collect(TASK, ns, seed)
+
+
+def _of(v, kinds, compiled=False):
+    return [t for t in v.trials if t.case.params.get("kind") in kinds
+            and t.case.compiled == compiled]
+
+
+def _worst_ulp(trial) -> float:
+    a, b = TASK.inputs(trial.case, "cpu")
+    return mm.ulp_error(trial.rec["outputs"][0], a.double() @ b.double()).max().item()
+
+
+def _plain(raw):
+    part = "2a matmul is right"
+    v = harness.verdict_of(TASK, raw)
+    plain = _of(v, (CONTIGUOUS, ZERO_ROWS))
+    fb = v.correctness(part, "", plain)
+    if not fb.passed:
+        return fb
+    compiled = next((t for t in _of(v, (CONTIGUOUS, *STRIDED), compiled=True) if t.problem),
+                    None)
+    if compiled is not None:
+        return Feedback(part, False, f"{compiled.where}: {compiled.problem}")
+    blocks = _blocks(v.blocks)
+    return Feedback(part, True, f"matches the reference on {TASK.summary([t.case for t in plain])}"
+                    + (f" (blocks {'x'.join(map(str, blocks))})" if blocks else ""))
+
+
+def _strided(raw):
+    part = "2b strided inputs"
+    v = harness.verdict_of(TASK, raw)
+    if v.not_implemented:
+        return not_implemented(part)
+    failure = v.first_failure(_of(v, STRIDED))
+    if failure:
+        if not v.first_failure(_of(v, (CONTIGUOUS,))) and "are off" in failure:
+            failure += (". Contiguous inputs work, views do not: index A and B through the "
+                        "strides passed in (stride_am, stride_ak, stride_bk, stride_bn), never "
+                        "assume a row is K or N elements long")
+        return Feedback(part, False, failure)
+    return Feedback(part, True, "right on a transposed A, a B of every other column and a "
+                    "transposed B")
+
+
+def _in_bounds(raw):
+    return harness.verdict_of(TASK, raw).in_bounds("2c the kernel stays in bounds")
+
+
+def _fp32_accumulation(raw):
+    part = "2d accumulates in fp32"
+    v = harness.verdict_of(TASK, raw)
+    if v.not_implemented:
+        return not_implemented(part)
+    trials = _of(v, (ACCUMULATION,)) + _of(v, (ACCUMULATION,), compiled=True)
+    if not trials:
+        return Feedback(part, False, "needs a kernel that runs and is right on its inputs: "
+                        + (v.first_failure() or ""))
+    for t in trials:
+        if t.problem:
+            return Feedback(part, False, "needs a kernel that runs and is right on its inputs: "
+                            f"{t.where}: {t.problem}")
+        worst = _worst_ulp(t)
+        if worst > WRONG_ULP:
+            return Feedback(part, False, f"at {t.where} the result is up to {worst:,.0f} ulp "
+                            "from the exact product: that is a wrong result, not a rounding "
+                            "one. Make part 2a pass first")
+        if worst > ACC_ULP_LIMIT:
+            return Feedback(part, False, f"at {t.where} the result is up to {worst:.1f} units "
+                            "in the last place (ulp) from the exact product; rounding an fp32 "
+                            "sum once gives at most 0.5. Keep the running sum in fp32: acc = "
+                            "tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), acc = tl.dot(a, b, "
+                            "acc), and convert to the output dtype only at the store")
+    t = trials[0]
+    return Feedback(part, True, f"within {_worst_ulp(t):.2f} ulp of the exact product at "
+                    f"K={t.case.params['shape'][2]} (fp32 accumulation, one rounding)")
+
+
+# ------------------------------------------------------------------------------------
+# Part 3 (GPU): speed at 4096^3 fp16, side by side with torch.matmul.
+# ------------------------------------------------------------------------------------
+
+
+# Random inputs at n = 4096 give |C| up to about 350: a correct fp16 kernel lands a few
+# fp16 steps (0.25 each up there) from torch.matmul's differently ordered sum.
+SPEED_ATOL, SPEED_RTOL = 0.5, 0.02
+
+
+def measure_speed(fn, n: int = SPEED_N, dtype=FP16) -> dict:
+    """Time ``fn`` and ``torch.matmul`` on the same random n x n inputs (GPU)."""
+    from ... import bench
+
+    runtime.require_gpu("timing a matmul")
+    g = harness.generator(900)
+    a = torch.randn(n, n, generator=g).to(dtype).to("cuda")
+    b = torch.randn(n, n, generator=g).to(dtype).to("cuda")
+    with gpu_lock():
+        c, want = fn(a, b).float(), torch.matmul(a, b).float()
+        ok = torch.allclose(c, want, atol=SPEED_ATOL, rtol=SPEED_RTOL)
+        err = (c - want).abs().max().item()
+        yours = bench.time_ms(lambda: fn(a, b))
+        cublas = bench.time_ms(lambda: torch.matmul(a, b))
+    flops = mm.flops(n, n, n)
+    return {"ok": ok, "max_abs_error": err, "yours_ms": yours, "cublas_ms": cublas, "ratio": cublas / yours,
+            "yours_tflops": bench.tflops(flops, yours),
+            "cublas_tflops": bench.tflops(flops, cublas),
+            "gpu": torch.cuda.get_device_name()}
+
+
+def _collect_speed(ns, seed):
+    """In the learner's process: time ``matmul`` beside torch.matmul (GPU)."""
+    return measure_speed(answer(ns, "matmul"))
+
+
+def _speed(raw):
+    part = f"3 speed at {SPEED_N}^3 fp16"
+    if not raw.get("ok"):
+        return Feedback(part, False, f"matmul is wrong at {SPEED_N}^3 fp16 on the GPU: up to "
+                        f"{raw.get('max_abs_error', float('nan')):.3g} from torch.matmul "
+                        f"(allowed: {SPEED_ATOL} + {SPEED_RTOL:.0%} of the value)")
+    ratio = float(raw["ratio"])
+    text = (f"on {raw.get('gpu')}: yours {raw['yours_tflops']:,.0f} TFLOP/s, torch.matmul "
+            f"{raw['cublas_tflops']:,.0f}: {ratio:.2f}x (the goal is {SPEED_GOAL:.0%})")
+    if ratio >= SPEED_GOAL:
+        return Feedback(part, True, text)
+    return Feedback(part, False, f"{text}. Large tiles (128 x 128 or 128 x 256, BLOCK_K 64), "
+                    "num_warps=8 and num_stages=3 or 4 get there on an H100; lesson 04's "
+                    "knob table shows each effect")
+
+
+# ------------------------------------------------------------------------------------
+# The assignment, and the calls the notebook makes.
+# ------------------------------------------------------------------------------------
+
+ASSIGNMENT = Assignment(
+    name="04_tiling",
+    title="A tiled matmul",
+    parts=(
+        Part("1a", "tile intensity", 1, _intensity, ("tile_intensity",)),
+        Part("1b", "SRAM per program", 1, _sram, ("tile_sram_bytes",)),
+        Part("2a", "matmul is right", 4, _plain, ("matmul",), group="kernel",
+             collect=_collect_kernel),
+        Part("2b", "strided inputs", 2, _strided, ("matmul",), group="kernel",
+             collect=_collect_kernel),
+        Part("2c", "the kernel stays in bounds", 2, _in_bounds, ("matmul",), group="kernel",
+             collect=_collect_kernel),
+        Part("2d", "accumulates in fp32", 2, _fp32_accumulation, ("matmul",), group="kernel",
+             collect=_collect_kernel),
+        Part("3", f"speed at {SPEED_N}^3 fp16", 3, _speed, ("matmul",), gpu=True,
+             collect=_collect_speed, after="kernel"),
+    ),
+)
+
+
+def check_napkin_math(namespace: dict | None = None):
+    """Part 1: ``tile_intensity`` and ``tile_sram_bytes``."""
+    return run_checks(ASSIGNMENT, ("1a", "1b"), caller_namespace(namespace))
+
+
+def check_kernel(namespace: dict | None = None):
+    """Part 2: ``matmul`` on awkward shapes, strided inputs, bounds and fp32 accumulation."""
+    return run_checks(ASSIGNMENT, ("2a", "2b", "2c", "2d"), caller_namespace(namespace))
+
+
+def check_speed(namespace: dict | None = None):
+    """Part 3: speed against torch.matmul at 4096^3 fp16 (GPU mode; pending on a CPU)."""
+    return run_checks(ASSIGNMENT, ("3",), caller_namespace(namespace))

@@ -1,0 +1,423 @@
+"""One harness for every graded kernel: run the learner's function, record, judge.
+
+An assignment describes its graded function as a :class:`KernelTask`: how to make the
+inputs of one trial from a seed, which trials to run (sizes around the learner's own
+block sizes, and the edge inputs every kernel must meet), the reference, and how to
+compare with hints that name the usual mistakes. The harness does the rest, once for
+all assignments:
+
+* :func:`collect` runs in the learner's process. Each trial calls the learner's function
+  under :mod:`helpers.bounds`: it records which Triton kernels the call launched (the
+  notebook's own, the course's, none), every load or store outside a tensor, which
+  elements of each output the notebook's kernel stored and whether the launcher changed
+  them afterwards, an exception, and the outputs themselves. On a GPU the kernels run in
+  the interpreter for this (where every access can be watched), then compiled on larger
+  shapes. It decides nothing.
+* :class:`Verdict` is made from those raw results wherever the judge runs: it remakes
+  each trial's inputs from the seed, computes the reference and names the first problem.
+  The standard messages (raised, not implemented, no kernel of yours, not written by your
+  kernel, out of bounds, compiled run) live here; an assignment adds only its hints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import bounds, runtime
+from ..feedback import Feedback, not_implemented
+from .registry import answer, is_not_implemented
+
+
+@dataclass(frozen=True)
+class Case:
+    """One trial: a label for messages, the parameters of its inputs and their seed."""
+
+    label: str
+    params: dict
+    seed: int = 0
+    compiled: bool = False     # GPU mode: run compiled, after the watched trials
+
+    def seeded(self, seed: int) -> Case:
+        """This case with its seed drawn from ``seed`` (the grader's, unknown in advance)."""
+        mixed = zlib.crc32(f"{seed}/{self.label}/{self.compiled}".encode()) & 0x7FFFFFFF
+        return Case(self.label, self.params, mixed, self.compiled)
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+class KernelTask:
+    """What an assignment says about its graded function. Subclass and fill in."""
+
+    function = ""                 # the name the notebook defines, e.g. "vector_add"
+    call = ""                     # how it is called, for messages: "vector_add(a, b)"
+    outputs: tuple[str, ...] = ("C",)
+    tensors = ""                  # the kernel's tensors, for messages: "A, B and C"
+    mask_hint = ""                # what to do about an out-of-bounds access
+
+    def first(self) -> Case:
+        """A small trial run first: it tells the learner's block sizes."""
+        raise NotImplementedError
+
+    def cases(self, blocks: dict) -> list[Case]:
+        """The watched trials, chosen around the learner's ``blocks`` (constexprs)."""
+        raise NotImplementedError
+
+    def compiled_cases(self, blocks: dict) -> list[Case]:
+        """GPU mode: larger trials with the kernel compiled (the interpreter is lenient)."""
+        return []
+
+    def inputs(self, case: Case, device) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def reference(self, case: Case, inputs) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def compare(self, case: Case, got: tuple, want: tuple, inputs, blocks: dict) -> str | None:
+        """What is wrong with ``got`` (outputs of the right shape, dtype and device)."""
+        raise NotImplementedError
+
+    def unpack(self, result) -> tuple | str:
+        """The outputs in ``result``, or what is wrong with its form."""
+        if len(self.outputs) == 1:
+            return (result,)
+        if not isinstance(result, (tuple, list)) or len(result) != len(self.outputs):
+            return (f"{self.function} returned {type(result).__name__} {result!r:.40}; "
+                    f"expected the {len(self.outputs)} outputs ({', '.join(self.outputs)})")
+        return tuple(result)
+
+    def unwatchable(self) -> str | None:
+        """Why this machine cannot watch the kernel's loads and stores, or None."""
+        return None
+
+    def summary(self, cases) -> str:
+        """The trials, in a few words, for a passing message."""
+        return ", ".join(c.label for c in cases)
+
+
+# ------------------------------------------------------------------------------------
+# Collect: in the learner's process.
+# ------------------------------------------------------------------------------------
+
+
+def _kernel_source(fn) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit (NaN inputs included, which ``torch.equal`` calls unequal)."""
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def _trial(task: KernelTask, fn, namespace, case: Case, log, device) -> dict:
+    """Call the learner's function once and record what it did."""
+    inputs = task.inputs(case, device)
+    before = [t.clone() for t in inputs]
+    start = len(log.launches)
+    rec = {"label": case.label, "params": case.params, "seed": case.seed,
+           "compiled": case.compiled, "error": None, "not_implemented": False}
+    result = None
+    try:
+        # Extreme inputs overflow on purpose: the interpreter's NumPy need not warn of it.
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = fn(*inputs)
+        if any(t.is_cuda for t in inputs):
+            torch.cuda.synchronize()
+    except Exception as err:  # noqa: BLE001 - the learner's error, reported
+        detail = str(err).strip().splitlines()
+        rec["error"] = f"{type(err).__name__}" + (f": {detail[-1][:300]}" if detail else "")
+        rec["not_implemented"] = is_not_implemented(err)
+    new = log.launches[start:]
+    own = [launch for launch in new if launch.defined_in(namespace)]
+    rec["own_launches"] = len(own)
+    rec["other_kernels"] = sorted({f"{launch.module}.{launch.name}" for launch in new
+                                   if not launch.defined_in(namespace)})
+    rec["violations"] = [v.describe() for launch in own for v in launch.violations]
+    rec["blocks"] = dict(own[0].constexprs) if own else {}
+    rec["traced"] = any(launch.traced for launch in own)
+    rec["inputs_changed"] = not all(_same_bits(a, b) for a, b in zip(inputs, before))
+    rec["sources"] = {launch.name: _kernel_source(launch.fn) for launch in own}
+    rec["outputs"], rec["form"], rec["written"] = None, None, []
+    if rec["error"] is None:
+        outs = task.unpack(result)
+        if isinstance(outs, str):
+            rec["form"] = outs
+        else:
+            kept = []
+            for name, out in zip(task.outputs, outs):
+                if not isinstance(out, torch.Tensor):
+                    rec["form"] = f"{name} is {type(out).__name__} {out!r:.40}, not a torch.Tensor"
+                    break
+                kept.append(out.detach().cpu().clone())
+                if rec["traced"]:
+                    given, unwritten, changed = bounds.written_by(
+                        [launch for launch in own if launch.traced], out)
+                    rec["written"].append({"given": given, "unwritten": unwritten,
+                                           "changed": changed, "device": str(out.device)})
+            else:
+                rec["outputs"] = kept
+    return rec
+
+
+def collect(task: KernelTask, namespace: dict, seed: int) -> dict:
+    """Every trial of the notebook's function, as raw results (no verdict)."""
+    fn = answer(namespace, task.function)
+    if not callable(fn):
+        return {"not_callable": f"{type(fn).__name__} {fn!r:.60}"}
+    raw = {"trials": [], "unwatched": task.unwatchable()}
+    watching = contextlib.ExitStack()
+    if raw["unwatched"]:
+        log = watching.enter_context(bounds.watch(guard=False))
+    else:
+        watching.enter_context(bounds.interpreted(namespace))
+        log = watching.enter_context(bounds.watch(guard=True))
+    device = runtime.device()
+    with watching:
+        first = _trial(task, fn, namespace, task.first().seeded(seed), log, device)
+        raw["trials"].append(first)
+        blocks = first["blocks"]
+        if not first["not_implemented"]:
+            for case in task.cases(blocks):
+                if case.label != first["label"]:
+                    raw["trials"].append(_trial(task, fn, namespace, case.seeded(seed), log,
+                                                device))
+    if runtime.is_gpu() and not any(t["error"] for t in raw["trials"]):
+        with bounds.watch(guard=False) as log:
+            for case in task.compiled_cases(blocks):
+                raw["trials"].append(_trial(task, fn, namespace, case.seeded(seed), log,
+                                            "cuda"))
+    return raw
+
+
+# ------------------------------------------------------------------------------------
+# Judge: anywhere (in the grader's own process when grading).
+# ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    """One trial's raw record and the first problem the verdict found in it."""
+
+    case: Case
+    rec: dict
+    problem: str | None = None
+    extra: dict = field(default_factory=dict)    # what an assignment's compare noted
+
+    @property
+    def where(self) -> str:
+        return ("compiled on the GPU, " if self.case.compiled else "") + self.case.label
+
+    @property
+    def raised(self) -> bool:
+        return bool(self.rec.get("error"))
+
+    @property
+    def own_launches(self) -> int:
+        return int(self.rec.get("own_launches") or 0)
+
+
+def _int(x) -> int:
+    return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0
+
+
+class Verdict:
+    """The problems in one raw record, found the same way for every assignment."""
+
+    def __init__(self, task: KernelTask, raw: dict):
+        self.task = task
+        if not isinstance(raw, dict) or "trials" not in raw:
+            text = raw.get("not_callable") if isinstance(raw, dict) else None
+            raise TypeError(f"`{task.function}` should be a function, but it is {text}"
+                            if text else "the raw results are not a record of trials")
+        self.unwatched = raw.get("unwatched")
+        records = [rec for rec in raw["trials"] if isinstance(rec, dict)]
+        self.blocks = next((rec.get("blocks") for rec in records
+                            if isinstance(rec.get("blocks"), dict) and rec.get("blocks")), {})
+        self.trials = [self._judge(rec) for rec in records]
+        self.watched = [t for t in self.trials if not t.case.compiled]
+        self.compiled = [t for t in self.trials if t.case.compiled]
+
+    # -- one trial ------------------------------------------------------------------
+
+    def _judge(self, rec: dict) -> Trial:
+        case = Case(str(rec.get("label", "?")), dict(rec.get("params") or {}),
+                    _int(rec.get("seed")), bool(rec.get("compiled")))
+        trial = Trial(case, rec)
+        trial.problem = self._problem(trial)
+        return trial
+
+    def _problem(self, trial: Trial) -> str | None:
+        task, rec = self.task, trial.rec
+        if rec.get("error"):
+            return f"{task.call} raised {rec['error']}"
+        if not trial.own_launches:
+            others = rec.get("other_kernels") or []
+            if others:
+                return (f"{task.function} launched {', '.join(others)}, not a kernel defined "
+                        "in your notebook: write and launch your own @triton.jit kernel")
+            return (f"{task.function} launched no Triton kernel: it computed the result some "
+                    "other way (torch?). Launch your @triton.jit kernel with kernel[grid](...)")
+        if rec.get("form"):
+            return rec["form"]
+        got = rec.get("outputs")
+        if not isinstance(got, list) or len(got) != len(task.outputs) \
+                or not all(isinstance(t, torch.Tensor) for t in got):
+            return "the raw results hold no outputs (was the grader tampered with?)"
+        inputs = task.inputs(trial.case, "cpu")
+        want = task.reference(trial.case, inputs)
+        for name, g, w in zip(task.outputs, got, want):
+            if tuple(g.shape) != tuple(w.shape):
+                return f"{name} has shape {tuple(g.shape)}, expected {tuple(w.shape)}"
+            if g.dtype != w.dtype:
+                return (f"{name} is {dtype_name(g.dtype)} for {dtype_name(inputs[0].dtype)} "
+                        f"inputs: allocate it with the inputs' dtype (torch.empty_like)")
+        written = rec.get("written") or []
+        if any(w.get("device") not in (None, str(self._device(trial))) for w in written):
+            return f"returned an output on another device than the inputs ({self._device(trial)})"
+        if rec.get("inputs_changed"):
+            return f"changed its inputs: {task.call} must only read them"
+        wrong = task.compare(trial.case, tuple(got), tuple(want), inputs, self.blocks)
+        if wrong:
+            return wrong
+        for name, w in zip(task.outputs, written):
+            if not _int(w.get("given")):
+                return (f"returned a {name} your kernel was not given: it must be the output "
+                        "your kernel writes, not computed some other way")
+            if _int(w.get("unwritten")):
+                return (f"{_int(w['unwritten'])} elements of {name} were never stored by your "
+                        "kernel: the launcher filled them some other way. Every element of "
+                        "the output must come from your kernel's tl.store")
+            if _int(w.get("changed")):
+                return (f"the launcher changed {_int(w['changed'])} elements of {name} after "
+                        "your kernel wrote them: return what the kernel stored")
+        return None
+
+    def _device(self, trial: Trial) -> str:
+        if trial.case.compiled:
+            return "cuda:0"
+        return "cuda:0" if runtime.is_gpu() else "cpu"
+
+    # -- the whole battery --------------------------------------------------------------
+
+    @property
+    def not_implemented(self) -> bool:
+        return any(t.rec.get("not_implemented") for t in self.trials)
+
+    @property
+    def failed(self) -> list[Trial]:
+        return [t for t in self.watched if t.problem]
+
+    @property
+    def violations(self) -> list[tuple[Trial, str]]:
+        return [(t, v) for t in self.watched for v in t.rec.get("violations") or []]
+
+    @property
+    def crashed(self) -> list[Trial]:
+        return [t for t in self.watched if t.raised]
+
+    @property
+    def ran_own_kernel(self) -> bool:
+        return any(t.own_launches for t in self.trials)
+
+    @property
+    def compiled_problem(self) -> str | None:
+        bad = next((t for t in self.compiled if t.problem), None)
+        return f"{bad.where}: {bad.problem}" if bad else None
+
+    @property
+    def correct(self) -> bool:
+        return not self.failed and not self.compiled_problem and not self.not_implemented
+
+    @property
+    def sources(self) -> dict:
+        out = {}
+        for t in self.trials:
+            out.update(t.rec.get("sources") or {})
+        return out
+
+    def first_failure(self, trials=None) -> str | None:
+        failed = [t for t in (self.watched if trials is None else trials) if t.problem]
+        if not failed:
+            return None
+        t = failed[0]
+        more = f" ({len(failed)} of {len(trials or self.watched)} calls failed)" \
+            if len(failed) > 1 else ""
+        return f"{t.where}: {t.problem}{more}"
+
+    # -- the standard parts ---------------------------------------------------------
+
+    def correctness(self, part: str, passed: str, trials=None) -> Feedback:
+        """Right on every trial (``trials``: a subset), and on the compiled ones."""
+        if self.not_implemented:
+            return not_implemented(part)
+        failure = self.first_failure(trials)
+        if failure:
+            return Feedback(part, False, failure)
+        if trials is None and self.compiled_problem:
+            return Feedback(part, False, self.compiled_problem)
+        return Feedback(part, True, passed)
+
+    def in_bounds(self, part: str) -> Feedback:
+        """Every load and store of the notebook's kernel stayed inside its tensors."""
+        if self.not_implemented:
+            return not_implemented(part)
+        if self.unwatched:
+            return Feedback(part, False, self.unwatched, status="error")
+        if not self.ran_own_kernel:
+            return Feedback(part, False, "no kernel of yours ran, so nothing to check: "
+                            f"{self.trials[0].problem}")
+        if self.violations:
+            t, v = self.violations[0]
+            labels = list(dict.fromkeys(t.case.label for t, _ in self.violations))
+            return Feedback(part, False, f"at {t.where}, {v}. Out-of-bounds accesses happened "
+                            f"on {'; '.join(labels[:6])}. {self.task.mask_hint}")
+        crashed = self.crashed
+        if crashed:
+            t = crashed[0]
+            return Feedback(part, False, f"could not be checked: at {t.where}, {t.problem}; a "
+                            "call that fails never shows all the loads and stores it would make")
+        return Feedback(part, True, f"every load and store stayed inside {self.task.tensors} "
+                        f"on {self.task.summary([t.case for t in self.watched])}")
+
+
+def verdict_of(task: KernelTask, raw) -> Verdict:
+    """The verdict on ``raw``, made once however many parts read it."""
+    if isinstance(raw, dict):
+        cached = raw.get("__verdict__")
+        if isinstance(cached, Verdict):
+            return cached
+        v = Verdict(task, raw)
+        raw["__verdict__"] = v
+        return v
+    return Verdict(task, raw)
+
+
+def close_hint(got, want, atol: float, rtol: float) -> tuple[int, tuple] | None:
+    """``(count, index of the first)`` of the elements of ``got`` outside the tolerance."""
+    g, w = got.float(), want.float()
+    ok = (g - w).abs() <= atol + rtol * w.abs()
+    ok |= torch.isnan(g) & torch.isnan(w)
+    ok |= torch.isinf(w) & (g == w)
+    bad = ~ok
+    if not bad.any():
+        return None
+    return int(bad.sum()), tuple(bad.nonzero()[0].tolist())
+
+
+def finite_or_nan(x: float) -> str:
+    return "NaN" if math.isnan(x) else f"{x:.4g}"

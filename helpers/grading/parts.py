@@ -1,0 +1,222 @@
+"""Grading the parts of a notebook that has run: collect in its kernel, judge here.
+
+After the grader has run a submission's cells (:mod:`.grader`), each graded part gets
+its verdict in two steps:
+
+1. **Collect**, in the submission's kernel process: the grader sends a few lines that
+   re-import the course from its read-only copy (whatever the notebook did to ``helpers``
+   modules is dropped) and save the raw results of one collection to a file: the plain
+   values of all the napkin-math answers at once, then each graded function's trials,
+   run on inputs made from a seed drawn here, after the notebook has run, so that no
+   notebook can know it.
+2. **Judge**, here, in the grader's process: the raw results are read as data only
+   (``torch.load(weights_only=True)``) and each part's judge makes the verdict. A
+   notebook can patch, shadow or replace anything in its own process; none of it runs
+   here.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from pathlib import Path
+
+from . import registry
+from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
+                     PartResult)
+
+ANSWERS = registry.ANSWERS     # the collection of every napkin-math answer
+
+
+def unit_of(part: registry.Part) -> str:
+    """The collection a part's raw results come from."""
+    return part.unit if part.collect is not None else ANSWERS
+
+
+def collect_code(assignment: str, unit: str, seed: int, path: str) -> str:
+    """The lines the grader runs in the submission's kernel to collect ``unit``."""
+    return f"""\
+def _course_collect():
+    import sys
+    for name in [n for n in sys.modules if n == "helpers" or n.startswith("helpers.")]:
+        del sys.modules[name]
+    import helpers.grading.registry as registry
+    registry.collect_to_file({assignment!r}, {unit!r}, {seed!r}, sys._getframe(1).f_globals,
+                             {path!r})
+_course_collect()
+del _course_collect
+"""
+
+
+def _defining_cell(cells, name: str):
+    """The code cell that defines ``name`` (``def name``, ``name = ...``), if any."""
+    pattern = re.compile(rf"^\s*(def\s+{re.escape(name)}\b|class\s+{re.escape(name)}\b|"
+                         rf"{re.escape(name)}\s*(:[^=\n]*)?=(?!=))", re.MULTILINE)
+    for number, source in cells:
+        if pattern.search(source):
+            return number
+    return None
+
+
+def explain_missing(result: PartResult, names, cells, cell_results) -> None:
+    """Say *why* a graded name is missing: which cell should define it, what it raised."""
+    stub_left = any(c.ename == "NotImplementedError" for c in cell_results.values())
+    for name in names:
+        number = _defining_cell(cells, name)
+        failed = cell_results.get(number) if number is not None else None
+        if number is None:
+            if stub_left:
+                result.message = (f"not implemented yet: `{name}` is not defined and a cell "
+                                  "still raises NotImplementedError")
+            else:
+                result.status = FAILED
+                result.message = (f"`{name}` is not defined, and no code cell defines it: if "
+                                  "you renamed it, give it its name back")
+        elif failed is None:
+            result.status = FAILED
+            result.message = (f"`{name}` is defined in code cell {number} but no longer exists "
+                              "once the notebook has run: a later cell deleted it (del?)")
+        elif failed.status == "error" and failed.ename == "NotImplementedError":
+            continue  # the stub is still there: "not implemented" says it all
+        else:
+            result.status = ERROR
+            result.message = (f"`{name}` is not defined because code cell {number} "
+                              f"({failed.first_line!r}) " + failed.what() + ".")
+
+
+_UNDEFINED = re.compile(r"name '(\w+)' is not defined")
+
+
+def explain_undefined(result: PartResult, cells, cell_results) -> None:
+    """A check that hit ``NameError: name 'x'``: point at the cell that should define x."""
+    match = _UNDEFINED.search(result.message)
+    if not match:
+        return
+    number = _defining_cell(cells, match.group(1))
+    failed = cell_results.get(number) if number is not None else None
+    if failed is not None:
+        result.message += (f" (code cell {number}, which defines `{match.group(1)}`, "
+                           f"{failed.what()})")
+
+
+class Collection:
+    """What one collection gave: raw results, or why there are none (a failed result)."""
+
+    def __init__(self, data: dict | None = None, failure: PartResult | None = None):
+        self.data, self.failure = data, failure
+
+
+def _collect(run, spec, unit: str, seed: int, tmp: str, limits) -> Collection:
+    parts = [p for p in spec.parts if unit_of(p) == unit]
+    first = parts[0]
+    if run.session is None or not run.session.alive():
+        if not run.revive():
+            return Collection(failure=PartResult(first.key, first.title, 0, first.points,
+                                                 CRASHED, "not checked: the kernel kept "
+                                                 "crashing"))
+    path = Path(tmp) / f"raw-{secrets.token_hex(8)}.pt"
+    ex = run.session.run(collect_code(spec.name, unit, seed, str(path)), limits.part_timeout)
+    names = ", ".join(dict.fromkeys(n for p in parts for n in p.names))
+    failure = None
+    if ex.status == "timeout":
+        failure = PartResult(first.key, first.title, 0, first.points, TIMED_OUT,
+                             f"the check was stopped after {limits.part_timeout:g} s (the time "
+                             f"limit): something in {names} never finishes (an infinite loop?)",
+                             round(ex.seconds, 2))
+    elif ex.status == "died":
+        failure = PartResult(first.key, first.title, 0, first.points, CRASHED,
+                             f"checking this part crashed the kernel: {ex.reason}",
+                             round(ex.seconds, 2))
+    elif ex.status != "ok":
+        failure = PartResult(first.key, first.title, 0, first.points, ERROR,
+                             f"the check could not run in this notebook: {ex.ename}: "
+                             f"{ex.evalue}", round(ex.seconds, 2))
+    if not ex.alive:
+        run.revive()
+    if failure is not None:
+        return Collection(failure=failure)
+    try:
+        data = registry.read_results(path)
+    except registry.UnreadableResults as err:
+        return Collection(failure=PartResult(first.key, first.title, 0, first.points, ERROR,
+                                             f"the check's results could not be read: {err} "
+                                             "(does the notebook interfere with the grader?)"))
+    finally:
+        path.unlink(missing_ok=True)
+    return Collection(data)
+
+
+def _judged(part, collection: Collection, cells, cell_results) -> PartResult:
+    data = collection.data
+    seconds = float(data.get("seconds") or 0.0) if isinstance(data.get("seconds"), (int, float)) \
+        else 0.0
+    if not data["ok"]:
+        if data.get("missing"):
+            result = PartResult(part.key, part.title, 0, part.points, NOT_IMPLEMENTED,
+                                f"`{data['missing']}` is not defined", seconds)
+            explain_missing(result, [str(data["missing"])], cells, cell_results)
+            return result
+        if data.get("not_implemented"):
+            return PartResult(part.key, part.title, 0, part.points, NOT_IMPLEMENTED,
+                              "not implemented yet: replace the `raise NotImplementedError` "
+                              "with your code", seconds)
+        result = PartResult(part.key, part.title, 0, part.points, ERROR,
+                            f"could not be checked: {data.get('error', '')}", seconds)
+        explain_undefined(result, cells, cell_results)
+        return result
+    feedback, missing = registry.judge(part, data["raw"])
+    status = PASSED if feedback.passed else (feedback.status or FAILED)
+    result = PartResult(part.key, part.title, part.points if feedback.passed else 0,
+                        part.points, status, feedback.message, seconds)
+    if result.status == NOT_IMPLEMENTED and missing:
+        explain_missing(result, missing, cells, cell_results)
+    elif result.status != PASSED:
+        explain_undefined(result, cells, cell_results)
+    return result
+
+
+def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, mode: str,
+                limits) -> tuple[list[PartResult], dict]:
+    """Every part of ``spec``, collected in ``run``'s kernel and judged here.
+
+    Returns the results and the raw results of each collection (for notes such as copy
+    detection).
+    """
+    from ..feedback import needs_gpu
+
+    seed = secrets.randbits(31)     # drawn now: the notebook has finished running
+    collections: dict[str, Collection] = {}
+    results: dict[str, PartResult] = {}
+    for part in spec.parts:
+        if part.gpu and mode == "cpu":
+            results[part.key] = PartResult(part.key, part.title, 0, part.points, NEEDS_GPU,
+                                           needs_gpu(part.label).message)
+            continue
+        if part.after:
+            first = [results[p.key] for p in spec.unit(part.after) if p.key in results]
+            failed = [r for r in first if r.status not in (PASSED, NEEDS_GPU)]
+            if failed:
+                status = NOT_IMPLEMENTED if all(r.status == NOT_IMPLEMENTED for r in failed) \
+                    else FAILED
+                results[part.key] = PartResult(
+                    part.key, part.title, 0, part.points, status,
+                    f"needs a correct, in-bounds kernel first (parts "
+                    f"{', '.join(r.key for r in first)})")
+                continue
+        unit = unit_of(part)
+        if unit not in collections:
+            collections[unit] = _collect(run, spec, unit, seed, tmp, limits)
+        collection = collections[unit]
+        if collection.failure is not None:
+            failure = collection.failure
+            if failure.key == part.key:
+                results[part.key] = failure
+            else:
+                results[part.key] = PartResult(part.key, part.title, 0, part.points,
+                                               failure.status, f"not checked: part "
+                                               f"{failure.key} {failure.status} on the same code")
+            continue
+        results[part.key] = _judged(part, collection, cells, cell_results)
+    raws = {unit: c.data.get("raw") for unit, c in collections.items()
+            if c.data is not None and c.data.get("ok")}
+    return [results[p.key] for p in spec.parts], raws
