@@ -134,6 +134,49 @@ def check_choice(part: str, got, expected: str, options: tuple[str, ...],
     return Feedback(part, False, f"{got!r} is not it. {why}".strip())
 
 
-def graded_number(part: str, got, expected, **kwargs) -> Feedback:
-    """:func:`check_number` for a graded part: names the mistake, never the answer."""
-    return check_number(part, got, expected, reveal=False, **kwargs)
+def graded_number(part: str, got, answer, *, unit: str = "", hint: str = "") -> Feedback:
+    """A graded napkin-math number against an answer key entry: names the mistake, never
+    the answer (not even how far off: a percentage would give it away).
+
+    ``answer`` is an :class:`helpers.grading.answers.Answer`: ``matches(v)``, ``mistake(v)``
+    and ``expected``, the same in the instructor's course and in a student release.
+    """
+    u = f" {unit}" if unit else ""
+    if got is None or got is Ellipsis:
+        return Feedback(part, False, f"no answer yet: set it to a number in{u or ' the stated unit'}",
+                        status="not implemented")
+    if isinstance(got, bool) or not isinstance(got, (int, float)) and not hasattr(got, "__float__"):
+        return Feedback(part, False, f"expected a number{u}, got {type(got).__name__} {got!r}")
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        return Feedback(part, False, f"expected a single number{u}, got {got!r}")
+    if math.isnan(value) or math.isinf(value):
+        return Feedback(part, False, f"got {value}; expected a finite number{u}")
+    if answer.matches(value):
+        return Feedback(part, True, f"{_number(value)}{u} is right")
+    slip = answer.mistake(value)
+    if slip:
+        return Feedback(part, False, f"{_number(value)}{u} is what you get if {slip}")
+    scale = ""
+    for factor, name in _SCALES:
+        for r, word in ((factor, "times"), (1 / factor, "divided by")):
+            if answer.expected.matches(value / r):
+                scale = f" Your answer is the expected one {word} {name}"
+    text = f"{_number(value)}{u} is not right (within {answer.rel * 100:.3g}%).{scale}"
+    if hint:
+        text += f" Hint: {hint}"
+    return Feedback(part, False, text)
+
+
+def graded_choice(part: str, got, answer, options: tuple[str, ...], why: str = "") -> Feedback:
+    """One answer out of ``options`` against an answer key entry (``"memory-bound"`` counts
+    as ``"memory"``)."""
+    if got is None or got is Ellipsis:
+        return Feedback(part, False, f"no answer yet: choose one of {options}", status="not implemented")
+    chosen = choice_word(got)
+    if chosen not in options:
+        return Feedback(part, False, f"answer with one of {options}, got {got!r}")
+    if answer.matches(chosen):
+        return Feedback(part, True, f"{chosen!r} is right. {why}".strip())
+    return Feedback(part, False, f"{got!r} is not it. {why}".strip())

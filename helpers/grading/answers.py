@@ -173,6 +173,54 @@ class Sealed:
         return f"Sealed(rel={self.rel}, {len(self.digests)} bins)"
 
 
+def word(value) -> str | None:
+    """A choice in canonical form: a word (``"memory"``) or a set of words, sorted and joined
+    by ``|``; None for anything else. The check normalises spellings before it asks."""
+    if isinstance(value, str):
+        return value.strip().lower()
+    if isinstance(value, (set, frozenset, list, tuple)) and all(isinstance(v, str) for v in value):
+        return "|".join(sorted({v.strip().lower() for v in value}))
+    return None
+
+
+@dataclass(frozen=True)
+class ExactWord:
+    """A graded choice (a word, or a set of words), on the instructor's side."""
+
+    value: str
+    rel: float = 0.0
+
+    def matches(self, value) -> bool:
+        return word(value) is not None and word(value) == word(self.value)
+
+    def __repr__(self) -> str:
+        return "ExactWord()"
+
+
+@dataclass(frozen=True)
+class SealedWord:
+    """A graded choice in a student release: the salted digest of its canonical form."""
+
+    salt: str
+    digest: str
+    rel: float = 0.0
+
+    def matches(self, value) -> bool:
+        w = word(value)
+        return w is not None and _digest(self.salt, f"word:{w}") == self.digest
+
+    @classmethod
+    def of(cls, value, salt: str) -> "SealedWord":
+        return cls(salt, _digest(salt, f"word:{word(value)}"))
+
+    def __repr__(self) -> str:
+        return "SealedWord()"
+
+
+def _is_word(value) -> bool:
+    return word(value) is not None
+
+
 @dataclass(frozen=True)
 class Answer:
     """One graded number: the right value and the known mistakes, each an :class:`Expected`."""
@@ -216,8 +264,8 @@ Values = dict[str, tuple[float, float, Iterable[tuple[float, str]]]]
 def exact_key(values: Values, assignment: str = "") -> Key:
     """The instructor's :class:`Key` from ``answer_key()``'s values."""
     return Key(assignment, {
-        part: Answer(Exact(float(value), rel),
-                     tuple((Exact(float(w), rel), str(d)) for w, d in mistakes))
+        part: Answer(ExactWord(value), ()) if _is_word(value) else
+        Answer(Exact(float(value), rel), tuple((Exact(float(w), rel), str(d)) for w, d in mistakes))
         for part, (value, rel, mistakes) in values.items()})
 
 
@@ -233,6 +281,10 @@ def seal(values: Values, salt: str, assignment: str = "") -> dict:
     """
     parts = {}
     for part, (value, rel, mistakes) in values.items():
+        if _is_word(value):     # a choice: one digest of its canonical form
+            parts[part] = {"word": SealedWord.of(value, f"{salt}:{part}:answer").digest}
+            continue
+
         def sealed(v, what):
             s = Sealed.of(float(v), rel, f"{salt}:{part}:{what}")
             return {"digests": sorted(s.digests)}
@@ -255,6 +307,9 @@ def load_sealed(data: dict) -> Key:
 
     answers = {}
     for part, p in data["parts"].items():
+        if "word" in p:
+            answers[part] = Answer(SealedWord(f"{salt}:{part}:answer", p["word"]), ())
+            continue
         rel = p["rel"]
         answers[part] = Answer(sealed(p["answer"], rel, "answer"), tuple(
             (sealed(m, rel, f"mistake{i}"), m["description"]) for i, m in enumerate(p["mistakes"])))

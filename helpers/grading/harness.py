@@ -295,6 +295,7 @@ class Verdict:
         if wrong:
             return wrong
         for name, w in zip(task.outputs, written):
+            trial.extra["not_written"] = True       # until every check below has passed
             if not _int(w.get("given")):
                 return (f"returned a {name} your kernel was not given: it must be the output "
                         "your kernel writes, not computed some other way")
@@ -305,6 +306,7 @@ class Verdict:
             if _int(w.get("changed")):
                 return (f"the launcher changed {_int(w['changed'])} elements of {name} after "
                         "your kernel wrote them: return what the kernel stored")
+            trial.extra.pop("not_written")
         return None
 
     def _device(self, trial: Trial) -> str:
@@ -381,6 +383,11 @@ class Verdict:
         if not self.ran_own_kernel:
             return Feedback(part, False, "no kernel of yours ran, so nothing to check: "
                             f"{self.trials[0].problem}")
+        unwritten = [t for t in self.watched if t.extra.get("not_written")]
+        if unwritten:
+            t = unwritten[0]
+            return Feedback(part, False, f"your kernel did not write the output, so its loads "
+                            f"and stores say nothing about it: at {t.where}, {t.problem}")
         if self.violations:
             t, v = self.violations[0]
             labels = list(dict.fromkeys(t.case.label for t, _ in self.violations))

@@ -24,7 +24,7 @@ import torch
 
 from ...feedback import Feedback, graded_number
 from ...kernels import rmsnorm as rk
-from .. import harness
+from .. import answers, harness
 from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, caller_namespace, run_checks
 
@@ -35,11 +35,8 @@ TOLERANCE = 0.02                 # relative, for every napkin-math number
 SPEEDUP_GOAL = 1.5               # part 3a: measured speed-up over the eager version
 TIME_SLACK = 1.2                 # part 3b: measured time <= 1.2 x predicted
 
-S = rk.element_size(BF16)
-MN = M * N
-EAGER_BYTES = rk.bytes_moved("eager", M, N, BF16)
-FUSED_BYTES = rk.bytes_moved("fused", M, N, BF16)
-PREDICTED_SPEEDUP = EAGER_BYTES / FUSED_BYTES
+# The answers: formulas in keys_fusion (instructor), sealed in a student release.
+KEY = answers.load_key("05_fusion", "helpers.grading.assignments.keys_fusion")
 
 
 def reference_copy_gbps() -> tuple[float, str]:
@@ -58,71 +55,30 @@ def _ms(nbytes: float, gbps: float) -> float:
 # Part 1: napkin math.
 # ------------------------------------------------------------------------------------
 
-_EAGER_OPS = rk.eager_kernels(M, N, BF16)
-
-
 def _eager(ns):
-    conversions = sum(r + w for op, r, w in _EAGER_OPS if ".to(" in op)
     return graded_number(
-        "1a bytes of the eager version", answer(ns, "eager_bytes"), EAGER_BYTES, rel=TOLERANCE,
-        unit="bytes", mistakes=[
-            (28 * MN, "you count the fp32 copies at 2 bytes per element: after "
-                      "h.to(torch.float32) every intermediate is fp32, 4 bytes"),
-            (sum(r for _, r, _ in _EAGER_OPS), "you count only what the kernels read: each "
-                                               "also writes its output back to DRAM"),
-            (sum(w for _, _, w in _EAGER_OPS), "you count only what the kernels write: each "
-                                               "also reads its inputs from DRAM"),
-            (EAGER_BYTES - conversions, "you skip the two .to() conversions: each is a kernel "
-                                        "that reads the whole tensor and writes a copy"),
-            (rk.bytes_moved("torch", M, N, BF16), "you count add + F.rms_norm (PyTorch's "
-                                                  "fused norm), not the eager version shown"),
-            (EAGER_BYTES / 1e9, "you give gigabytes; the answer is in bytes"),
-            (8 * EAGER_BYTES, "you count bits, not bytes")],
+        "1a bytes of the eager version", answer(ns, "eager_bytes"), KEY["1a"], unit="bytes",
         hint="nine kernels: for each, the bytes of every tensor it reads plus every tensor it "
              "writes (bf16: 2 bytes, fp32: 4; the row statistics are M values, the weight N).")
 
 
 def _fused(ns):
     return graded_number(
-        "1b bytes of the fused kernel", answer(ns, "fused_bytes"), FUSED_BYTES, rel=TOLERANCE,
-        unit="bytes", mistakes=[
-            (3 * MN * S, "you forget to write h: the fused kernel must still store the new "
-                         "residual stream, the next block adds to it"),
-            (2 * MN * S, "you count x and y only: residual is read and h written as well"),
-            (5 * MN * S, "you read h back: in the fused kernel h stays in registers between "
-                         "its store and the norm"),
-            (4 * MN * 4, "you count 4 bytes per element: the tensors are bf16, 2 bytes"),
-            (FUSED_BYTES / 1e9, "you give gigabytes; the answer is in bytes")],
+        "1b bytes of the fused kernel", answer(ns, "fused_bytes"), KEY["1b"], unit="bytes",
         hint="read x and residual, write h and y (M x N bf16 each), read the weight once.")
 
 
 def _speedup(ns):
     return graded_number(
-        "1c predicted speed-up", answer(ns, "predicted_speedup"), PREDICTED_SPEEDUP,
-        rel=TOLERANCE, unit="x", mistakes=[
-            (1 / PREDICTED_SPEEDUP, "you divide fused bytes by eager bytes: the speed-up is "
-                                    "the eager time over the fused time"),
-            (28 / 8, "that is the ratio with the fp32 copies counted at 2 bytes")],
-        hint="both versions are memory-bound, so their times are in the ratio of their bytes.")
+        "1c predicted speed-up", answer(ns, "predicted_speedup"), KEY["1c"],
+        unit="x", hint="both versions are memory-bound, so their times are in the ratio of "
+                       "their bytes.")
 
 
 def _predicted(ns):
-    from ... import hardware, records
-
     gbps, label = reference_copy_gbps()
-    expected = _ms(FUSED_BYTES, gbps)
-    table = hardware.lookup(records.load("probes").gpu).hbm_bandwidth_gbs   # its datasheet
     return graded_number(
-        "1d predicted time", answer(ns, "predicted_ms"), expected, rel=TOLERANCE, unit="ms",
-        mistakes=[
-            (_ms(FUSED_BYTES, table), f"you use the datasheet's {table:,.0f} GB/s; the "
-                                      f"prediction uses the measured copy bandwidth, "
-                                      f"{gbps:,.0f} GB/s"),
-            (expected / 1e3, "you give seconds; the answer is in milliseconds"),
-            (expected * 1e3, "you give microseconds; the answer is in milliseconds"),
-            (_ms(EAGER_BYTES, gbps), "that is the eager version's time; predict the fused "
-                                     "kernel's"),
-            (FUSED_BYTES / (gbps * 2**30) * 1e3, "you take GB/s as GiB/s; GB/s is 10^9 bytes/s")],
+        "1d predicted time", answer(ns, "predicted_ms"), KEY["1d"], unit="ms",
         hint=f"fused bytes / copy bandwidth ({gbps:,.0f} GB/s in the probe record, {label}).")
 
 
@@ -272,7 +228,10 @@ def _collect_timings(ns, seed) -> dict:
         fn(x, r, w)
         yours = bench.time_ms(lambda: fn(x, r, w))
         eager = bench.time_ms(lambda: rk.residual_rmsnorm_eager(x, r, w))
-    return {"yours": yours, "eager": eager, "copy_gbps": copy["gbps"],
+    h, y = fn(x, r, w)
+    # The bytes the fused kernel must move: its inputs and outputs, each once.
+    moved = sum(t.numel() * t.element_size() for t in (x, r, w, h, y))
+    return {"yours": yours, "eager": eager, "copy_gbps": copy["gbps"], "bytes": moved,
             "gpu": torch.cuda.get_device_name()}
 
 
@@ -288,7 +247,7 @@ def _speed(t):
 
 def _near_prediction(t):
     part = "3b within 20% of the predicted time"
-    predicted = _ms(FUSED_BYTES, float(t["copy_gbps"]))
+    predicted = _ms(float(t["bytes"]), float(t["copy_gbps"]))
     yours = float(t["yours"])
     limit = TIME_SLACK * predicted
     text = (f"on {t['gpu']}: measured {yours:.4f} ms = {yours / predicted:.2f}x the time your "

@@ -28,7 +28,7 @@ import torch
 from ... import runtime
 from ...feedback import Feedback, graded_number, not_implemented
 from ...kernels import matmul as mm
-from .. import harness
+from .. import answers, harness
 from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, caller_namespace, run_checks
 
@@ -38,8 +38,8 @@ FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
 TILE = (64, 128, 32)
 TILE_DTYPE = BF16
 TILE_STAGES = 4
-INTENSITY = mm.tile_intensity(*TILE, TILE_DTYPE)
-SRAM = mm.sram_bytes(*TILE, TILE_DTYPE, TILE_STAGES)
+# The answers: formulas in keys_tiling (instructor), sealed in a student release.
+KEY = answers.load_key("04_tiling", "helpers.grading.assignments.keys_tiling")
 
 # Part 2.
 DTYPES = (FP16, FP32)
@@ -61,38 +61,15 @@ SPEED_GOAL = 0.70
 
 
 def _intensity(ns):
-    bm, bn, bk = TILE
-    s = TILE_DTYPE.itemsize
     return graded_number(
-        "1a tile intensity", answer(ns, "tile_intensity"), INTENSITY, rel=0.02,
-        unit="FLOP/byte", mistakes=[
-            (INTENSITY / 2, "you count one FLOP per multiply-add (it is two), or 4 bytes per "
-                            "element (bf16 is 2)"),
-            (2 * bm * bn * bk / (bm * bk * s), "you count the A tile's bytes only: the B tile "
-                                               "is loaded too"),
-            (2 * bm * bn * bk / (bn * bk * s), "you count the B tile's bytes only: the A tile "
-                                               "is loaded too"),
-            (1 / INTENSITY, "you divide bytes by FLOPs: intensity is FLOPs per byte"),
-            (INTENSITY / 8, "you count bits, not bytes")],
+        "1a tile intensity", answer(ns, "tile_intensity"), KEY["1a"], unit="FLOP/byte",
         hint="per K step: 2 x BLOCK_M x BLOCK_N x BLOCK_K FLOPs for (BLOCK_M + BLOCK_N) x "
              "BLOCK_K loaded values of 2 bytes.")
 
 
 def _sram(ns):
-    bm, bn, bk = TILE
-    s = TILE_DTYPE.itemsize
-    stage = (bm * bk + bk * bn) * s
     return graded_number(
-        "1b SRAM per program", answer(ns, "tile_sram_bytes"), SRAM, rel=0.02, unit="bytes",
-        mistakes=[
-            (stage, "you count one stage: each of the 4 stages has its own A and B tiles"),
-            (SRAM + bm * bn * 4, "you add the fp32 accumulator: it lives in registers, not "
-                                 "shared memory"),
-            (TILE_STAGES * bm * bn * s, "you count a tile of C: the stages hold tiles of A "
-                                        "and B"),
-            (2 * SRAM, "you use 4 bytes per element: bf16 is 2"),
-            (8 * SRAM, "you count bits, not bytes"),
-            (SRAM / 1024, "you give KiB; the answer is in bytes")],
+        "1b SRAM per program", answer(ns, "tile_sram_bytes"), KEY["1b"], unit="bytes",
         hint="stages x (BLOCK_M x BLOCK_K + BLOCK_K x BLOCK_N) x 2 bytes.")
 
 

@@ -26,10 +26,9 @@ import math
 
 import torch
 
-from ... import hardware, roofline
-from ...feedback import Feedback, check_choice, graded_number, needs_gpu
-from ...kernels import vector_add as va
-from .. import harness
+from ... import hardware
+from ...feedback import Feedback, graded_choice, graded_number, needs_gpu
+from .. import answers, harness
 from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, caller_namespace, finite, run_checks
 
@@ -42,31 +41,10 @@ BIG_N = 2**28
 TOLERANCE = 0.02               # relative, for every napkin-math number
 
 
-def _ms(nbytes: float) -> float:
-    """Time to move ``nbytes`` at the table's bandwidth, in milliseconds."""
-    return nbytes / (GPU.hbm_bandwidth_gbs * 1e9) * 1e3
-
-
-# The right answers, and the classic wrong ones, from the course's own functions.
-FLOPS = va.flops(N)
-BYTES = va.bytes_moved(N, FP16)
-INTENSITY = FLOPS / BYTES
-BOUND = roofline.bound(INTENSITY, GPU, COMPUTE_ROOF)
-MIN_TIME_MS = roofline.predicted_time_ms(FLOPS, BYTES, GPU, COMPUTE_ROOF)
 RIDGE = GPU.ridge_point(COMPUTE_ROOF)
-FP32_INTENSITY = va.intensity(N, FP32)
-INPLACE_INTENSITY = va.intensity(N, FP16)          # A += B: still read A, read B, write A
-THREE_INPUT_INTENSITY = va.intensity(N, FP16, n_inputs=3)
-
-
-def _smallest_k(ridge: float, flops_per_fma: int = 2, write: bool = True) -> int:
-    bytes_per_element = va.bytes_moved(1, FP32) - (0 if write else va.element_size(FP32))
-    return math.ceil((ridge * bytes_per_element - 1) / flops_per_fma)
-
-
-FMA_K = _smallest_k(RIDGE)
 VARIANTS = ("fp16", "fp32", "in-place", "three inputs", "fma chain")
-COULD_CROSS = {"fma chain"}
+# The answers: formulas in keys_vector_add (instructor), sealed in a student release.
+KEY = answers.load_key("03_vector_add_intensity", "helpers.grading.assignments.keys_vector_add")
 
 
 # ------------------------------------------------------------------------------------
@@ -75,45 +53,20 @@ COULD_CROSS = {"fma chain"}
 
 
 def _flops(ns):
-    return graded_number("1a FLOPs", answer(ns, "add_flops"), FLOPS, rel=TOLERANCE,
-                        unit="FLOP", mistakes=[
-                            (2 * FLOPS, "you count 2 FLOPs per element: an addition is one "
-                                        "FLOP (a fused multiply-add is the one that counts two)"),
-                            (3 * FLOPS, "you count a FLOP per value moved: there is one "
-                                        "addition per element of C")],
-                        hint="one addition per element of C.")
+    return graded_number("1a FLOPs", answer(ns, "add_flops"), KEY["1a"], unit="FLOP", hint="one addition per element of C.")
 
 
 def _bytes(ns):
-    e = va.element_size(FP16)
-    return graded_number("1b bytes moved", answer(ns, "add_bytes"), BYTES, rel=TOLERANCE,
-                        unit="bytes", mistakes=[
-                            (2 * N * e, "you forget the write of C: C crosses the bus too, "
-                                        "on its way back to DRAM"),
-                            (8 * BYTES, "you count bits, not bytes (an fp16 value is 2 bytes)"),
-                            (va.bytes_moved(N, FP32), "you use 4 bytes per element: that is "
-                                                      "fp32; fp16 is 2 bytes"),
-                            (N * e, "you count one array only: A and B are read, C written"),
-                            (BYTES / 1e9, "you give gigabytes; the answer is in bytes"),
-                            (BYTES / 2**30, "you give GiB; the answer is in bytes")],
-                        hint="read A, read B, write C, each N elements of 2 bytes.")
+    return graded_number("1b bytes moved", answer(ns, "add_bytes"), KEY["1b"], unit="bytes", hint="read A, read B, write C, each N elements of 2 bytes.")
 
 
 def _intensity(ns):
-    return graded_number("1c intensity", answer(ns, "add_intensity"), INTENSITY, rel=TOLERANCE,
-                        unit="FLOP/byte", mistakes=[
-                            (FLOPS / (2 * N * 2), "you forget the write of C (1 FLOP per "
-                                                  "4 bytes instead of 6)"),
-                            (1 / INTENSITY, "you divide bytes by FLOPs: intensity is FLOPs "
-                                            "per byte"),
-                            (INTENSITY / 8, "you count bits, not bytes"),
-                            (FP32_INTENSITY, "you use 4 bytes per element (fp32)")],
-                        hint="FLOPs divided by bytes moved.")
+    return graded_number("1c intensity", answer(ns, "add_intensity"), KEY["1c"], unit="FLOP/byte", hint="FLOPs divided by bytes moved.")
 
 
 def _bound(ns):
     got = answer(ns, "add_bound")
-    return check_choice("1d bound", got, BOUND, ("memory", "compute"),
+    return graded_choice("1d bound", got, KEY["1d"], ("memory", "compute"),
                         why=f"A kernel left of the ridge point waits for memory; the ridge is "
                             f"{RIDGE:.0f} FLOP/byte ({COMPUTE_ROOF} peak "
                             f"{GPU.peak(COMPUTE_ROOF):g} TFLOP/s over "
@@ -122,22 +75,8 @@ def _bound(ns):
 
 
 def _min_time(ns):
-    compute_ms = FLOPS / (GPU.peak(COMPUTE_ROOF) * 1e12) * 1e3
-    return graded_number("1e minimum time", answer(ns, "add_min_time_ms"), MIN_TIME_MS,
-                        rel=TOLERANCE, unit="ms", mistakes=[
-                            (_ms(2 * N * 2), "you forget the write of C"),
-                            (MIN_TIME_MS / 1e3, "you give seconds; the answer is in "
-                                                "milliseconds"),
-                            (MIN_TIME_MS * 1e3, "you give microseconds; the answer is in "
-                                                "milliseconds"),
-                            (compute_ms, "you take the compute time; a memory-bound kernel "
-                                         "waits for memory, so the memory time is the bound"),
-                            (BYTES / 3e12 * 1e3, "you use 3 TB/s; the table says "
-                                                 f"{GPU.hbm_bandwidth_gbs:,.0f} GB/s"),
-                            (BYTES / (GPU.hbm_bandwidth_gbs * 2**30) * 1e3,
-                             "you take GB/s as GiB/s (2^30 bytes); GB/s is 10^9 bytes/s"),
-                            (8 * MIN_TIME_MS, "you count bits, not bytes")],
-                        hint=f"bytes / bandwidth ({GPU.hbm_bandwidth_gbs:,.0f} GB/s = "
+    return graded_number("1e minimum time", answer(ns, "add_min_time_ms"), KEY["1e"],
+                        unit="ms", hint=f"bytes / bandwidth ({GPU.hbm_bandwidth_gbs:,.0f} GB/s = "
                              f"{GPU.hbm_bandwidth_gbs:g} x 10^9 bytes/s), in ms.")
 
 
@@ -147,41 +86,23 @@ def _min_time(ns):
 
 
 def _fp32(ns):
-    return graded_number("2a fp32 intensity", answer(ns, "fp32_intensity"), FP32_INTENSITY,
-                        rel=TOLERANCE, unit="FLOP/byte", mistakes=[
-                            (INTENSITY, "that is fp16: an fp32 value is 4 bytes"),
-                            (va.flops(N) / (2 * N * 4), "you forget the write of C")])
+    return graded_number("2a fp32 intensity", answer(ns, "fp32_intensity"), KEY["2a"],
+                        unit="FLOP/byte", )
 
 
 def _inplace(ns):
     return graded_number("2b in-place intensity", answer(ns, "inplace_intensity"),
-                        INPLACE_INTENSITY, rel=TOLERANCE, unit="FLOP/byte", mistakes=[
-                            (FLOPS / (2 * N * 2), "in place still writes A back: read A, "
-                                                  "read B, write A is three trips per element; "
-                                                  "in-place saves a buffer, not traffic")])
+                        KEY["2b"], unit="FLOP/byte", )
 
 
 def _three(ns):
     return graded_number("2c three-input intensity", answer(ns, "three_input_intensity"),
-                        THREE_INPUT_INTENSITY, rel=TOLERANCE, unit="FLOP/byte", mistakes=[
-                            (N / (4 * N * 2), "A + B + C is two additions per element"),
-                            (2 * N / (3 * N * 2), "you forget the write of the result"),
-                            (INTENSITY, "a third input adds a FLOP and a read")])
+                        KEY["2c"], unit="FLOP/byte", )
 
 
 def _fma(ns):
-    tensor_ridge = GPU.ridge_point("fp16")
-    return graded_number("2d FMAs to cross the ridge", answer(ns, "fma_chain_k"), FMA_K,
-                        rel=0.005, unit="FMAs per element", mistakes=[
-                            (_smallest_k(RIDGE, flops_per_fma=1), "you count an FMA as one "
-                                                                  "FLOP: it is a multiply and "
-                                                                  "an add, two FLOPs"),
-                            (_smallest_k(tensor_ridge), "you use the fp16 tensor-core ridge "
-                                                        f"({tensor_ridge:.0f} FLOP/byte); "
-                                                        "elementwise FMAs run on the CUDA "
-                                                        f"cores, whose ridge is {RIDGE:.0f}"),
-                            (_smallest_k(RIDGE, write=False), "you forget the write of D")],
-                        hint=f"(1 + 2k) FLOPs per 12 bytes must reach {RIDGE:.0f} FLOP/byte.")
+    return graded_number("2d FMAs to cross the ridge", answer(ns, "fma_chain_k"), KEY["2d"],
+                        unit="FMAs per element", hint=f"(1 + 2k) FLOPs per 12 bytes must reach {RIDGE:.0f} FLOP/byte.")
 
 
 def _normalise(name) -> str:
@@ -203,11 +124,12 @@ def _cross(ns):
     if unknown:
         return Feedback(part, False, f"{sorted(unknown)} are not variants; use names from "
                         f"{VARIANTS}")
-    if chosen == COULD_CROSS:
-        return Feedback(part, True, "only the FMA chain can: every other variant has a fixed, "
-                        "tiny intensity whatever N is")
-    wrong = sorted(chosen - COULD_CROSS)
-    missed = sorted(COULD_CROSS - chosen)
+    can = {v for v in VARIANTS if KEY[f"2e.{v}"].matches("can")}
+    if chosen == can:
+        return Feedback(part, True, f"only {', '.join(sorted(can))} can: every other variant "
+                        "has a fixed, tiny intensity whatever N is")
+    wrong = sorted(chosen - can)
+    missed = sorted(can - chosen)
     text = []
     if wrong:
         text.append(f"{wrong} cannot: their FLOPs and bytes both grow with N, so the intensity "

@@ -1,0 +1,115 @@
+"""The answer key of assignment 03 (vector add): every graded number, from the formulas.
+
+Instructor's side only: ``./course release`` leaves this module out and ships the values
+sealed (:mod:`helpers.grading.answers`), so the student release holds no answer. Every
+value comes from the course's own napkin math (:mod:`helpers.kernels.vector_add`) and GPU
+table (:mod:`helpers.hardware`), never typed in. The GPU is the table's H100 SXM;
+elementwise arithmetic runs on the CUDA cores, so its compute roof is the fp32 peak.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ... import hardware, roofline
+from ...kernels import vector_add as va
+
+GPU = hardware.GPUS["H100-SXM"]
+COMPUTE_ROOF = "fp32"          # elementwise arithmetic: CUDA cores
+N = 10**9
+FP16, FP32 = torch.float16, torch.float32
+TOLERANCE = 0.02               # relative, for every napkin-math number
+RIDGE = GPU.ridge_point(COMPUTE_ROOF)
+VARIANTS = ("fp16", "fp32", "in-place", "three inputs", "fma chain")
+
+
+def _ms(nbytes: float) -> float:
+    """Time to move ``nbytes`` at the table's bandwidth, in milliseconds."""
+    return nbytes / (GPU.hbm_bandwidth_gbs * 1e9) * 1e3
+
+
+def _smallest_k(ridge: float, flops_per_fma: int = 2, write: bool = True) -> int:
+    bytes_per_element = va.bytes_moved(1, FP32) - (0 if write else va.element_size(FP32))
+    return math.ceil((ridge * bytes_per_element - 1) / flops_per_fma)
+
+
+FLOPS = va.flops(N)
+BYTES = va.bytes_moved(N, FP16)
+INTENSITY = FLOPS / BYTES
+BOUND = roofline.bound(INTENSITY, GPU, COMPUTE_ROOF)
+MIN_TIME_MS = roofline.predicted_time_ms(FLOPS, BYTES, GPU, COMPUTE_ROOF)
+FP32_INTENSITY = va.intensity(N, FP32)
+INPLACE_INTENSITY = va.intensity(N, FP16)          # A += B: still read A, read B, write A
+THREE_INPUT_INTENSITY = va.intensity(N, FP16, n_inputs=3)
+FMA_K = _smallest_k(RIDGE)
+# Only the FMA chain adds FLOPs without bytes: it alone can cross the ridge.
+COULD_CROSS = {"fma chain"}
+
+
+def answer_key() -> dict:
+    """``{part: (value, relative tolerance, [(value of a known mistake, what it means)])}``;
+    a choice is a word, and 2e one word per variant ("can" or "cannot" cross)."""
+    values = {}
+    values["1a"] = (FLOPS, TOLERANCE, [
+                            (2 * FLOPS, "you count 2 FLOPs per element: an addition is one "
+                                        "FLOP (a fused multiply-add is the one that counts two)"),
+                            (3 * FLOPS, "you count a FLOP per value moved: there is one "
+                                        "addition per element of C")])
+    e = va.element_size(FP16)
+    values["1b"] = (BYTES, TOLERANCE, [
+                            (2 * N * e, "you forget the write of C: C crosses the bus too, "
+                                        "on its way back to DRAM"),
+                            (8 * BYTES, "you count bits, not bytes (an fp16 value is 2 bytes)"),
+                            (va.bytes_moved(N, FP32), "you use 4 bytes per element: that is "
+                                                      "fp32; fp16 is 2 bytes"),
+                            (N * e, "you count one array only: A and B are read, C written"),
+                            (BYTES / 1e9, "you give gigabytes; the answer is in bytes"),
+                            (BYTES / 2**30, "you give GiB; the answer is in bytes")])
+    values["1c"] = (INTENSITY, TOLERANCE, [
+                            (FLOPS / (2 * N * 2), "you forget the write of C (1 FLOP per "
+                                                  "4 bytes instead of 6)"),
+                            (1 / INTENSITY, "you divide bytes by FLOPs: intensity is FLOPs "
+                                            "per byte"),
+                            (INTENSITY / 8, "you count bits, not bytes"),
+                            (FP32_INTENSITY, "you use 4 bytes per element (fp32)")])
+    compute_ms = FLOPS / (GPU.peak(COMPUTE_ROOF) * 1e12) * 1e3
+    values["1e"] = (MIN_TIME_MS, TOLERANCE, [
+                            (_ms(2 * N * 2), "you forget the write of C"),
+                            (MIN_TIME_MS / 1e3, "you give seconds; the answer is in "
+                                                "milliseconds"),
+                            (MIN_TIME_MS * 1e3, "you give microseconds; the answer is in "
+                                                "milliseconds"),
+                            (compute_ms, "you take the compute time; a memory-bound kernel "
+                                         "waits for memory, so the memory time is the bound"),
+                            (BYTES / 3e12 * 1e3, "you use 3 TB/s; the table says "
+                                                 f"{GPU.hbm_bandwidth_gbs:,.0f} GB/s"),
+                            (BYTES / (GPU.hbm_bandwidth_gbs * 2**30) * 1e3,
+                             "you take GB/s as GiB/s (2^30 bytes); GB/s is 10^9 bytes/s"),
+                            (8 * MIN_TIME_MS, "you count bits, not bytes")])
+    values["2a"] = (FP32_INTENSITY, TOLERANCE, [
+                            (INTENSITY, "that is fp16: an fp32 value is 4 bytes"),
+                            (va.flops(N) / (2 * N * 4), "you forget the write of C")])
+    values["2b"] = (INPLACE_INTENSITY, TOLERANCE, [
+                            (FLOPS / (2 * N * 2), "in place still writes A back: read A, "
+                                                  "read B, write A is three trips per element; "
+                                                  "in-place saves a buffer, not traffic")])
+    values["2c"] = (THREE_INPUT_INTENSITY, TOLERANCE, [
+                            (N / (4 * N * 2), "A + B + C is two additions per element"),
+                            (2 * N / (3 * N * 2), "you forget the write of the result"),
+                            (INTENSITY, "a third input adds a FLOP and a read")])
+    tensor_ridge = GPU.ridge_point("fp16")
+    values["2d"] = (FMA_K, 0.005, [
+                            (_smallest_k(RIDGE, flops_per_fma=1), "you count an FMA as one "
+                                                                  "FLOP: it is a multiply and "
+                                                                  "an add, two FLOPs"),
+                            (_smallest_k(tensor_ridge), "you use the fp16 tensor-core ridge "
+                                                        f"({tensor_ridge:.0f} FLOP/byte); "
+                                                        "elementwise FMAs run on the CUDA "
+                                                        f"cores, whose ridge is {RIDGE:.0f}"),
+                            (_smallest_k(RIDGE, write=False), "you forget the write of D")])
+    values["1d"] = (BOUND, 0, [])
+    for v in VARIANTS:
+        values[f"2e.{v}"] = ("can" if v in COULD_CROSS else "cannot", 0, [])
+    return values
