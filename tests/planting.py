@@ -1,10 +1,26 @@
-"""Planting mistakes in a copy of a solution notebook, for the grader tests."""
+"""The grader tests' one harness: plant mistakes in a solution, grade, assert what was lost.
+
+A *plant* is the solution notebook with one mistake put in, the kind a learner makes. Each
+assignment's test file lists its plants as ``name -> (plant, {part: words})`` (optionally a
+third item, parts whose outcome depends on the machine) and uses:
+
+* :func:`edit`: make a plant (replacements that must each match exactly one code cell, so
+  a plant that no longer applies fails loudly instead of testing nothing);
+* :func:`grade_plants`: grade every plant, the solution and the blank assignment in one
+  parallel run of the grader, as an instructor would, and return the reports by name;
+* :func:`assert_loses_exactly`: a plant loses exactly the points of the parts it breaks,
+  each with a message that names the mistake; every other part keeps its points.
+"""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def edit(replace=(), append=(), insert_after_first=()):
@@ -28,3 +44,102 @@ def edit(replace=(), append=(), insert_after_first=()):
         return nb
 
     return apply
+
+
+def solution(assignment: str) -> Path:
+    return REPO / "solutions" / f"{assignment}.ipynb"
+
+
+def blank(assignment: str) -> Path:
+    return REPO / "assignments" / f"{assignment}.ipynb"
+
+
+def cpu_mode_problem() -> str | None:
+    """Why CPU mode cannot run on this machine (a known-bad Triton/NumPy pair), or None."""
+    import numpy
+    import triton
+
+    from helpers import runtime
+
+    try:
+        runtime.check_versions(runtime.CPU, triton.__version__, numpy.__version__)
+    except runtime.SetupError as err:
+        return str(err)
+    return None
+
+
+def write_plants(folder: Path, assignment: str, plants: dict) -> list[tuple[Path, str]]:
+    """Each plant as ``<folder>/<name>/<assignment>.ipynb``; ``(path, name)`` pairs."""
+    source = nbformat.read(solution(assignment), as_version=4)
+    out = []
+    for name, entry in plants.items():
+        path = folder / name / f"{assignment}.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(entry[0](source), path)
+        out.append((path, name))
+    return out
+
+
+def grade_plants(tmp_path_factory, assignment: str, plants: dict, *, limits, mode="cpu",
+                 jobs: int = 2) -> dict:
+    """Grade every plant, the solution (``"solution"``) and the blank assignment
+    (``"blank"``) in one parallel run; the reports as dicts, by name."""
+    from helpers.grading import grader
+
+    problem = cpu_mode_problem() if mode == "cpu" else None
+    if problem:
+        pytest.skip(f"CPU-mode grading cannot run here: {problem}")
+    root = tmp_path_factory.mktemp(f"submissions_{assignment[:2]}")
+    notebooks = write_plants(root, assignment, plants)
+    notebooks += [(solution(assignment), "solution"), (blank(assignment), "blank")]
+    reports = grader.grade_many(notebooks, assignment=assignment, limits=limits, mode=mode,
+                                jobs=jobs)
+    return {r.student: r.to_dict() for r in reports}
+
+
+def parts_of(report) -> dict:
+    return {p["key"]: p for p in report["parts"]}
+
+
+def assert_loses_exactly(report, spec, expected: dict, either=()):
+    """``report`` loses the points of the parts in ``expected`` (each message containing
+    its words), keeps all others; parts in ``either`` may go either way. Parts graded on
+    a GPU are "needs a GPU" in CPU mode and count nowhere."""
+    points = {p.key: p.points for p in spec.parts}
+    counted = 0.0
+    lost = 0.0
+    for key, part in parts_of(report).items():
+        if part["status"] == "needs a GPU":
+            assert part["points"] == 0 and part["max_points"] == points[key], part
+            continue
+        counted += points[key]
+        if key in expected:
+            assert part["points"] == 0, f"part {key} should lose its points: {part}"
+            assert expected[key].lower() in part["message"].lower(), (
+                f"part {key}'s message should name the mistake ({expected[key]!r}): "
+                f"{part['message']}")
+        elif key in either:
+            assert part["points"] in (0, part["max_points"]), part
+        else:
+            assert part["points"] == part["max_points"], f"part {key} should pass: {part}"
+        lost += part["max_points"] - part["points"]
+    assert lost >= sum(points[k] for k in expected)
+    assert report["score"] == counted - lost and report["max_score"] == counted
+
+
+def assert_full_marks(report, spec):
+    """The solution: every part that counts here passes, and no cell failed."""
+    assert report["score"] == report["max_score"], report
+    gpu = {p.key for p in spec.parts if p.gpu}
+    waiting = {k for k, p in parts_of(report).items() if p["status"] == "needs a GPU"}
+    assert waiting <= gpu, waiting
+    assert report["cells"] == [], "the solution notebook should run without errors"
+
+
+def assert_blank(report, spec):
+    """The blank assignment: zero, every part "not implemented" (or "needs a GPU")."""
+    assert report["score"] == 0, report
+    for key, part in parts_of(report).items():
+        assert part["status"] in ("not implemented", "needs a GPU"), part
+    assert {c["ename"] for c in report["cells"]} <= {"NotImplementedError", "NameError"}, \
+        report["cells"]

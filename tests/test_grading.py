@@ -20,13 +20,12 @@ import shutil
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
 import helpers
 from helpers.grading import grader, registry
 
-from planting import edit  # tests/planting.py
+from planting import assert_loses_exactly, edit, write_plants  # tests/planting.py
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "03_vector_add_intensity.ipynb"
@@ -55,7 +54,7 @@ PLANTS = {
     "says_compute_bound": (
         _edit([('add_bound = "memory" if add_intensity < ridge else "compute"',
                 'add_bound = "compute"')]),
-        {"1d": "far left of the ridge"}),
+        {"1d": "left of the ridge point"}),
     "nan_answer": (
         _edit(append=['add_intensity = float("nan")']),
         {"1c": "nan"}),
@@ -116,6 +115,19 @@ PLANTS = {
     "memory_hog": (
         _edit(append=["hog = torch.ones(2**33, dtype=torch.uint8)"]),
         {}),
+    # Right on every size but the small ones, which it hands to torch.
+    "torch_for_small_sizes": (
+        _edit([("    c = torch.empty_like(a)\n    n = a.numel()\n",
+                "    if a.numel() < 128:   # not worth a launch\n        return a + b\n"
+                "    c = torch.empty_like(a)\n    n = a.numel()\n")]),
+        {"3a": "launched no Triton kernel"}),
+    # A kernel that stores nothing, launched once; torch writes C around it.
+    "torch_result_around_an_idle_kernel": (
+        _edit([("    add_kernel[grid](a, b, c, n, BLOCK_SIZE=BLOCK_SIZE)\n    return c",
+                "    add_kernel[grid](a, b, c, n, BLOCK_SIZE=BLOCK_SIZE)\n    c.copy_(a + b)\n"
+                "    return c"),
+               ("    tl.store(c_ptr + offsets, a + b, mask=mask)\n", "")]),
+        {"3a": "never stored by your kernel", "3b": "did not write the output"}),
 }
 
 # Loopers are graded with short time limits, on their own.
@@ -138,13 +150,6 @@ LIMITS = ["--cell-timeout", "60", "--part-timeout", "60", "--memory-gb", "3"]
 LOOP_LIMITS = ["--cell-timeout", "8", "--part-timeout", "8", "--memory-gb", "3"]
 
 
-def write_plants(folder: Path, plants: dict) -> None:
-    solution = nbformat.read(SOLUTION, as_version=4)
-    for name, (plant, _) in plants.items():
-        (folder / name).mkdir(parents=True)
-        nbformat.write(plant(solution), folder / name / SOLUTION.name)
-
-
 def _fingerprints(folder: Path) -> dict:
     return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
             if p.is_file()}
@@ -154,7 +159,7 @@ def _fingerprints(folder: Path) -> dict:
 def graded(tmp_path_factory):
     """Grade every plant, the solution, the blank assignment and a corrupt file: one command."""
     root = tmp_path_factory.mktemp("submissions")
-    write_plants(root, PLANTS)
+    write_plants(root, SPEC.name, PLANTS)
     (root / "solution").mkdir()
     (root / "solution" / SOLUTION.name).write_bytes(SOLUTION.read_bytes())
     (root / "blank").mkdir()
@@ -177,20 +182,7 @@ def _parts(report) -> dict:
 
 
 def _assert_loses_exactly(report, expected: dict):
-    parts = _parts(report)
-    for key, part in parts.items():
-        if part["status"] == "needs a GPU":
-            assert part["points"] == 0 and part["max_points"] == POINTS[key]
-            continue
-        if key in expected:
-            assert part["points"] == 0, f"part {key} should lose its points: {part}"
-            assert expected[key].lower() in part["message"].lower(), (
-                f"part {key}'s message should name the mistake ({expected[key]!r}): "
-                f"{part['message']}")
-        else:
-            assert part["points"] == part["max_points"], f"part {key} should pass: {part}"
-    lost = sum(POINTS[k] for k in expected)
-    assert report["score"] == CPU_MAX - lost
+    assert_loses_exactly(report, SPEC, expected)
     assert report["max_score"] == CPU_MAX
 
 
@@ -269,7 +261,7 @@ def test_a_later_run_joins_the_gradebook_and_replaces_a_regraded_row(graded, tmp
 
 @cpu_only
 def test_submissions_that_never_finish_are_stopped_at_their_limits(tmp_path):
-    write_plants(tmp_path / "in", LOOPERS)
+    write_plants(tmp_path / "in", SPEC.name, LOOPERS)
     out = tmp_path / "out"
     start = time.monotonic()
     assert grader.main([str(tmp_path / "in"), "--out", str(out), "--jobs", "2", *LOOP_LIMITS]) == 0
@@ -330,7 +322,7 @@ def test_the_bounds_guard_names_the_bad_access_and_cleans_up_after_itself():
     import triton.runtime.interpreter as itp
     import triton.runtime.jit as jit
 
-    from helpers.grading import bounds
+    from helpers import bounds
 
     from helpers.kernels.first_kernel import scale_shift_kernel
 
@@ -346,7 +338,7 @@ def test_the_bounds_guard_names_the_bad_access_and_cleans_up_after_itself():
 
 
 def test_checks_run_on_a_namespace_without_a_notebook():
-    from helpers.grading import vector_add as checks
+    from helpers.grading.assignments import vector_add as checks
 
     right = {"add_flops": 1e9, "add_bytes": 6e9, "add_intensity": 1 / 6, "add_bound": "memory",
              "add_min_time_ms": 6e9 / 3350e9 * 1e3}

@@ -218,6 +218,7 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
 
         report.parts, raws = parts.grade_parts(spec, run, cells, cell_results, tmp, mode,
                                                 limits)
+        report.notes = parts.copy_notes(raws)
     except Exception as err:  # noqa: BLE001 - the grader's own failure, reported
         report.error = f"grading failed: {type(err).__name__}: {err}"
     finally:

@@ -153,6 +153,7 @@ def _trial(task: KernelTask, fn, namespace, case: Case, log, device) -> dict:
     rec["inputs_changed"] = not all(_same_bits(a, b) for a, b in zip(inputs, before))
     rec["sources"] = {launch.name: _kernel_source(launch.fn) for launch in own}
     rec["outputs"], rec["form"], rec["written"] = None, None, []
+    rec["input_device"], rec["output_devices"] = str(inputs[0].device), []
     if rec["error"] is None:
         outs = task.unpack(result)
         if isinstance(outs, str):
@@ -164,11 +165,12 @@ def _trial(task: KernelTask, fn, namespace, case: Case, log, device) -> dict:
                     rec["form"] = f"{name} is {type(out).__name__} {out!r:.40}, not a torch.Tensor"
                     break
                 kept.append(out.detach().cpu().clone())
+                rec["output_devices"].append(str(out.device))
                 if rec["traced"]:
                     given, unwritten, changed = bounds.written_by(
                         [launch for launch in own if launch.traced], out)
                     rec["written"].append({"given": given, "unwritten": unwritten,
-                                           "changed": changed, "device": str(out.device)})
+                                           "changed": changed})
             else:
                 rec["outputs"] = kept
     return rec
@@ -287,8 +289,10 @@ class Verdict:
                 return (f"{name} is {dtype_name(g.dtype)} for {dtype_name(inputs[0].dtype)} "
                         f"inputs: allocate it with the inputs' dtype (torch.empty_like)")
         written = rec.get("written") or []
-        if any(w.get("device") not in (None, str(self._device(trial))) for w in written):
-            return f"returned an output on another device than the inputs ({self._device(trial)})"
+        where = rec.get("input_device")
+        for name, device in zip(task.outputs, rec.get("output_devices") or []):
+            if device != where:
+                return f"{name} is on {device}, the inputs are on {where}"
         if rec.get("inputs_changed"):
             return f"changed its inputs: {task.call} must only read them"
         wrong = task.compare(trial.case, tuple(got), tuple(want), inputs, self.blocks)
@@ -308,11 +312,6 @@ class Verdict:
                         "your kernel wrote them: return what the kernel stored")
             trial.extra.pop("not_written")
         return None
-
-    def _device(self, trial: Trial) -> str:
-        if trial.case.compiled:
-            return "cuda:0"
-        return "cuda:0" if runtime.is_gpu() else "cpu"
 
     # -- the whole battery --------------------------------------------------------------
 

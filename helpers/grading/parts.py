@@ -220,3 +220,23 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
     raws = {unit: c.data.get("raw") for unit, c in collections.items()
             if c.data is not None and c.data.get("ok")}
     return [results[p.key] for p in spec.parts], raws
+
+
+def copy_notes(raws: dict) -> list[str]:
+    """A note for each kernel of the notebook that is one of the course's own kernels up to
+    renaming: a flag for the instructor to look at, never a verdict (no points change)."""
+    from .similarity import course_copy
+
+    sources = {}
+    for raw in raws.values():
+        for trial in (raw.get("trials") or []) if isinstance(raw, dict) else []:
+            if isinstance(trial, dict) and isinstance(trial.get("sources"), dict):
+                sources.update({str(k): v for k, v in trial["sources"].items()
+                                if isinstance(v, str)})
+    notes = []
+    for name, source in sorted(sources.items()):
+        copied = course_copy(source)
+        if copied:
+            notes.append(f"kernel {name} is the course's {copied} up to renaming (a flag for "
+                         "the instructor; no points were taken)")
+    return notes

@@ -71,6 +71,7 @@ class Report:
     limits: dict = field(default_factory=dict)
     # How the submission's kernel was isolated: "bubblewrap 0.8.0", or "none: <why>".
     isolation: str = ""
+    notes: list = field(default_factory=list)   # for the instructor; they cost no points
 
     @property
     def isolated(self) -> bool:
@@ -108,7 +109,8 @@ class Report:
                    parts=[PartResult(**p) for p in data.get("parts", [])],
                    cells=[CellResult(**c) for c in data.get("cells", [])],
                    seconds=data.get("seconds", 0.0), error=data.get("error", ""),
-                   limits=data.get("limits", {}), isolation=data.get("isolation", ""))
+                   limits=data.get("limits", {}), isolation=data.get("isolation", ""),
+                   notes=list(data.get("notes", [])))
 
     def write_json(self, path: Path) -> Path:
         path = Path(path)
@@ -147,6 +149,9 @@ class Report:
         lines.append("-" * min(width, left + 40))
         lines.append(f"{'total':<{key_w + title_w + 2}}  "
                      f"{_n(self.score) + '/' + _n(self.max_score):>7}")
+        if self.notes:
+            lines += ["", "Notes for the instructor:"]
+            lines += ["  " + textwrap.shorten(n, width - 2) for n in self.notes]
         if self.cells:
             lines += ["", "Cells that did not finish:"]
             lines += ["  " + textwrap.shorten(c.describe(), width - 2) for c in self.cells]
@@ -179,6 +184,7 @@ def write_gradebook(reports: list[Report], path: Path) -> Path:
             if r.isolation and not r.isolated:
                 notes.append(f"NOT ISOLATED ({r.isolation})")
             notes += [c.describe() for c in r.cells]
+            notes += r.notes
             graded = bool(r.parts)     # an unreadable, unidentified notebook has no parts
             w.writerow([r.student, r.notebook, r.assignment, r.mode,
                         *((_n(r.score), _n(r.max_score), f"{r.percent:.1f}") if graded

@@ -1,0 +1,146 @@
+"""Submissions that attack the grading itself, graded in a class beside honest students.
+
+The verdict is made in the grader's process from raw results collected after the
+notebook has run, on inputs made from a seed drawn then: a notebook that patches the
+course's checks, its collector or its judge, or shadows ``__import__``, gets what its
+answers are worth (here: a blank, zero), and the honest students beside it keep their
+marks. (Kernels that leave their output to torch are planted in each assignment's own
+tests: tests/test_grading*.py.) The feedback of graded numbers never gives the answer away.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import nbformat
+import pytest
+
+import helpers
+from helpers.grading import registry
+
+from grading_class import ASSIGNMENT, SOLUTION, grade_class  # tests/grading_class.py
+from planting import edit  # tests/planting.py
+
+cpu_only = pytest.mark.skipif(helpers.is_gpu(), reason="expected scores are CPU mode's")
+
+# Replaces every piece of the course a verdict could come from, in its own process: each
+# part's judge, the registry's judge and reader, the collector and the harness, and the
+# function the grader used to call in the kernel before verdicts moved out of it.
+PATCH_THE_GRADER = """
+import torch
+import helpers.grading.registry as _r
+import helpers.grading.harness as _h
+from helpers.feedback import Feedback
+from helpers.grading.assignments import vector_add as _va
+
+for _p in _va.ASSIGNMENT.parts:
+    object.__setattr__(_p, "judge", lambda raw, _p=_p: Feedback(_p.label, True, "full marks"))
+_r.judge = lambda part, raw: (Feedback(part.label, True, "full marks"), [])
+_r.read_results = lambda path: {"ok": True, "raw": {}}
+_r.grade_to_file = lambda *args, **kwargs: None
+def _fake_collect(assignment, key, seed, namespace, path):
+    torch.save({"ok": True, "raw": {"add_flops": 1e9}}, path)
+_r.collect_to_file = _fake_collect
+_h.collect = lambda task, namespace, seed: {"trials": []}
+"""
+
+# Shadows __import__ in the notebook's namespace: "import helpers..." run there would get
+# a module whose every function does nothing.
+SHADOW_IMPORT = """
+import builtins
+import types
+
+class _Hollow(types.ModuleType):
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+_real_import = builtins.__import__
+
+def __import__(name, *args, **kwargs):
+    if name.startswith("helpers"):
+        return _Hollow(name)
+    return _real_import(name, *args, **kwargs)
+"""
+
+LIMITS = ("--cell-timeout", "60", "--part-timeout", "60", "--memory-gb", "3", "--jobs", "2")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    blank = nbformat.read(ASSIGNMENT, as_version=4)
+    tmp = tmp_path_factory.mktemp("attacks")
+    return grade_class(tmp, {
+        "alice": SOLUTION,
+        "patcher": edit(append=[PATCH_THE_GRADER])(blank),
+        "shadow": edit(append=[SHADOW_IMPORT])(blank),
+    }, *LIMITS)
+
+
+@cpu_only
+@pytest.mark.parametrize("attacker", ["patcher", "shadow"])
+def test_an_attacker_gets_what_its_answers_are_worth(graded, attacker):
+    assert graded.returncode == 0, graded.output[-3000:]
+    report = graded.reports[attacker]
+    assert report["score"] == 0, report
+    for part in report["parts"]:
+        assert part["points"] == 0 and "full marks" not in part["message"], part
+        assert part["status"] in ("not implemented", "needs a GPU"), part
+
+
+@cpu_only
+def test_honest_students_beside_attackers_keep_their_marks(graded):
+    alice = graded.reports["alice"]
+    assert alice["score"] == alice["max_score"] > 0, alice
+    graded.assert_honest_unchanged(["alice"])
+    graded.assert_repo_unchanged()
+    graded.assert_no_leftovers()
+
+
+# --------------------------------------------------------------------------------------
+# Feedback on graded numbers names the mistake, never the answer.
+# --------------------------------------------------------------------------------------
+
+
+def _formats(value: float) -> set[str]:
+    """The ways a message could print ``value``."""
+    out = {f"{value:.4g}", f"{value:.3g}", f"{value:g}", repr(value)}
+    if float(value).is_integer() and abs(value) < 1e16:
+        out |= {f"{int(value):,}", str(int(value))}
+    return {s for s in out if len(s.replace(".", "").replace(",", "")) >= 3}
+
+
+def _keys():
+    for name, module in registry.modules().items():
+        topic = module.rsplit(".", 1)[1]
+        keys = importlib.import_module(f"helpers.grading.assignments.keys_{topic}")
+        yield registry.get(name), keys.answer_key()
+
+
+def _wrong_values(value, mistakes):
+    yield value * 1.37                       # plainly wrong
+    yield value * 8                          # a scale slip
+    for wrong, _ in mistakes:                # each named mistake
+        yield wrong
+
+
+@pytest.mark.parametrize("spec,values", list(_keys()), ids=lambda x: getattr(x, "name", ""))
+def test_graded_numbers_never_print_the_expected_value(spec, values):
+    checked = 0
+    for part in spec.parts:
+        entry = values.get(part.key)
+        if part.collect is not None or entry is None or isinstance(entry[0], str):
+            continue
+        value, _, mistakes = entry
+        (name,) = part.names
+        for wrong in _wrong_values(value, mistakes):
+            fb = part.judge({name: wrong})
+            if fb.passed:
+                continue
+            said = re.sub(re.escape(f"{wrong:,.0f}") if float(wrong).is_integer() else
+                          re.escape(f"{wrong:.4g}"), "", fb.message)   # the learner's own number
+            for text in _formats(value):
+                assert text not in said, (f"{spec.name} {part.key}: the message gives away "
+                                          f"the answer ({text}): {fb.message}")
+            checked += 1
+    assert checked >= 5, "no graded number was checked"
