@@ -48,7 +48,7 @@ def _close(a: float, b: float, rel: float) -> bool:
 
 
 def _number(x: float) -> str:
-    """49,152 for a whole number a reader can take in at a glance; 4 significant digits else."""
+    """12,288 for a whole number a reader can take in at a glance; 4 significant digits else."""
     return f"{x:,.0f}" if x == int(x) and abs(x) < 1e7 else f"{x:.4g}"
 
 

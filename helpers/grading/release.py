@@ -103,7 +103,7 @@ def mentions(text: str, values) -> list[str]:
     """The written forms of ``values`` (not too round) that occur as whole tokens in ``text``."""
     found = []
     for x in values:
-        if too_round(x):
+        if isinstance(x, (str, list, tuple, set)) or too_round(x):   # choices are words
             continue
         found += [f for f in sorted(number_formats(x))
                   if re.search(r"(?<![\w.])" + re.escape(f) + r"(?![\w])", text)]
@@ -153,8 +153,11 @@ for name, modname in registry.MODULES.items():
         module = importlib.import_module(modname)
         source, fn = modname, getattr(module, "answer_key", None)
     values = fn() if fn else None
+    def plain(v):      # a number, or a choice: a word or a set of words
+        return v if isinstance(v, str) else sorted(v) if isinstance(v, (set, frozenset)) \
+            else float(v)
     if values is not None:
-        values = {k: [float(v), float(rel), [[float(w), str(d)] for w, d in m]]
+        values = {k: [plain(v), float(rel), [[float(w), str(d)] for w, d in m]]
                   for k, (v, rel, m) in values.items()}
     out[name] = {"module": modname, "formulas": formulas, "source": source if fn else None,
                  "values": values}

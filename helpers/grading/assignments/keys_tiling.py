@@ -11,10 +11,10 @@ import torch
 
 from ...kernels import matmul as mm
 
-# Part 1: one tile of 64 x 128 outputs, BLOCK_K = 32, bf16, 4 pipeline stages.
+# Part 1: one tile of 64 x 128 outputs, BLOCK_K = 32, bf16, 5 pipeline stages.
 TILE = (64, 128, 32)
 TILE_DTYPE = torch.bfloat16
-TILE_STAGES = 4
+TILE_STAGES = 5
 INTENSITY = mm.tile_intensity(*TILE, TILE_DTYPE)
 SRAM = mm.sram_bytes(*TILE, TILE_DTYPE, TILE_STAGES)
 
@@ -37,7 +37,8 @@ def answer_key() -> dict:
     s = TILE_DTYPE.itemsize
     stage = (bm * bk + bk * bn) * s
     values["1b"] = (SRAM, 0.02, [
-            (stage, "you count one stage: each of the 4 stages has its own A and B tiles"),
+            (stage, f"you count one stage: each of the {TILE_STAGES} stages has its own A and "
+                    "B tiles"),
             (SRAM + bm * bn * 4, "you add the fp32 accumulator: it lives in registers, not "
                                  "shared memory"),
             (TILE_STAGES * bm * bn * s, "you count a tile of C: the stages hold tiles of A "
