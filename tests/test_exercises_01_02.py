@@ -4,7 +4,7 @@ named, unanswered exercises say so, and nonsense never crashes a check."""
 import pytest
 import torch
 
-from helpers import hardware, intensity
+from helpers import hardware, intensity, prediction
 from helpers.exercises import lesson01 as ex1
 from helpers.exercises import lesson02 as ex2
 from helpers.kernels import memory_wall as mw
@@ -45,8 +45,8 @@ def test_percent_of_peak():
 
 def test_fusion_speedup():
     shape = (16384, 16384)
-    expected = (mw.bytes_moved("bias_gelu_unfused", shape, torch.float32)
-                / mw.bytes_moved("bias_gelu_fused", shape, torch.float32))
+    expected = (intensity.bias_gelu(*shape, torch.float32, "unfused").nbytes
+                / intensity.bias_gelu(*shape, torch.float32, "fused").nbytes)
     assert ex1.check_fusion_speedup(expected, shape)
     assert ex1.check_fusion_speedup(2, shape), "2x is within 2% of the exact byte ratio"
     assert "compared FLOPs" in ex1.check_fusion_speedup(1, shape).message
@@ -80,12 +80,12 @@ def test_matmul_intensity():
 
 
 def _right_answers(launch_us):
-    return {label: intensity.predict(w, H100, launch_us=launch_us).bound
+    return {label: prediction.predict(w, H100, launch_us=launch_us).bound
             for label, w in ex2.classification_cases().items()}
 
 
 def test_classification_cases_cover_all_three_bounds():
-    assert set(_right_answers(5.0).values()) == set(intensity.BOUNDS)
+    assert set(_right_answers(5.0).values()) == set(prediction.BOUNDS)
 
 
 def test_classification():
@@ -107,12 +107,12 @@ def test_classification():
 
 def test_predicted_time():
     work = intensity.vector_add(2**20, "fp32")
-    pred = intensity.predict(work, H100, launch_us=5.0)
+    pred = prediction.predict(work, H100, launch_us=5.0)
     assert ex2.check_predicted_time(pred.time_ms * 1e3, work, launch_us=5.0)
     fb = ex2.check_predicted_time(pred.memory_ms * 1e3, work, launch_us=5.0)
     assert not fb and "launch cost" in fb.message
     big = intensity.matmul(8192, 8192, 8192, "bf16")
-    p = intensity.predict(big, H100, launch_us=5.0)
+    p = prediction.predict(big, H100, launch_us=5.0)
     fb = ex2.check_predicted_time((p.memory_ms + p.compute_ms + p.launch_ms) * 1e3 * 1.2, big,
                                   launch_us=5.0)
     assert not fb and "off by" in fb.message

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import helpers
-from helpers import records
+from helpers import intensity, records
 from helpers.experiments import fusion as fx
 from helpers.kernels import gelu, rmsnorm, softmax
 
@@ -46,7 +46,7 @@ def test_trace_works_on_meta_tensors_and_round_trips():
     x = torch.empty(4096, 8192, device="meta", dtype=torch.bfloat16)
     w = torch.empty(8192, device="meta", dtype=torch.bfloat16)
     calls = fx.trace(rmsnorm.residual_rmsnorm_eager, x, x, w)
-    assert calls.bytes == rmsnorm.bytes_moved("eager", 4096, 8192, torch.bfloat16)
+    assert calls.bytes == intensity.residual_rmsnorm(4096, 8192, torch.bfloat16, "eager").nbytes
     again = fx.Trace.from_list(calls.as_list())
     assert again.bytes == calls.bytes and "9 kernels" in again.table()
 
@@ -135,9 +135,9 @@ def test_record_matches_the_napkin_math_it_was_made_with(rec):
     r = rec.results
     e = next(e for e in r["softmax"] if e["n"] == 4096 and e["dtype"] == "fp16")
     naive = next(x for x in e["rows"] if x["name"].startswith("naive"))
-    assert naive["bytes"] == softmax.bytes_moved("naive", e["m"], e["n"], torch.float16)
+    assert naive["bytes"] == intensity.softmax(e["m"], e["n"], torch.float16, "naive").nbytes
     traced = fx.Trace.from_list(r["traces"]["residual_rmsnorm_eager"]["calls"])
-    assert traced.bytes == rmsnorm.bytes_moved("eager", *fx.RMSNORM_SHAPE, torch.bfloat16)
+    assert traced.bytes == intensity.residual_rmsnorm(*fx.RMSNORM_SHAPE, torch.bfloat16, "eager").nbytes
     ops = [c["op"] for c in r["traces"]["residual_rmsnorm_torch"]["calls"]]
     assert ops == ["aten.add", "aten._fused_rms_norm"], "F.rms_norm is one kernel on a GPU"
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import helpers
+from helpers import intensity
 from helpers.experiments.fusion import trace
 from helpers.kernels import gelu as gk
 
@@ -102,18 +103,20 @@ def test_napkin_math_matches_the_trace():
     x, bias = torch.randn(m, n, dtype=torch.bfloat16), torch.randn(n, dtype=torch.bfloat16)
     traced = trace(gk.bias_gelu_eager, x, bias)
     assert [k.op for k in traced] == ["aten.add", "aten.gelu"]
-    assert traced.bytes == gk.bytes_moved("bias_gelu_eager", m, n, torch.bfloat16)
+    assert traced.bytes == intensity.bias_gelu(m, n, torch.bfloat16, "unfused").nbytes
     traced = trace(gk.swiglu_eager, x, x)
     assert [k.op for k in traced] == ["aten.silu", "aten.mul"]
-    assert traced.bytes == gk.bytes_moved("swiglu_eager", m, n, torch.bfloat16)
+    assert traced.bytes == intensity.swiglu(m, n, torch.bfloat16, "unfused").nbytes
     # Fusion halves bias + GELU's traffic and cuts SwiGLU's from 5MN to 3MN.
-    big = dict(m=4096, n=16384, dtype=torch.bfloat16)
-    ratio = gk.bytes_moved("bias_gelu_eager", **big) / gk.bytes_moved("bias_gelu_fused", **big)
+    big = (4096, 16384, torch.bfloat16)
+    ratio = (intensity.bias_gelu(*big, "unfused").nbytes
+             / intensity.bias_gelu(*big, "fused").nbytes)
     assert 1.99 < ratio < 2
-    assert gk.bytes_moved("swiglu_eager", **big) * 3 == gk.bytes_moved("swiglu_fused", **big) * 5
-    assert gk.flops("bias_gelu", m, n) == 9 * m * n
+    assert (intensity.swiglu(*big, "unfused").nbytes * 3
+            == intensity.swiglu(*big, "fused").nbytes * 5)
+    assert intensity.bias_gelu(m, n).flops == 9 * m * n
     with pytest.raises(ValueError):
-        gk.bytes_moved("gelu", m, n, torch.bfloat16)
+        intensity.bias_gelu(m, n, torch.bfloat16, "gelu")
 
 
 @needs_gpu

@@ -225,24 +225,26 @@ def test_flops_and_bytes_agree_with_the_course_napkin_math():
     for M, N, K in [(4096, 4096, 4096), (100, 300, 70)]:
         for dtype, key in [(torch.float16, "fp16"), (torch.float32, "fp32")]:
             work = intensity.matmul(M, N, K, key)
-            assert mm.flops(M, N, K) == work.flops
-            assert mm.bytes_moved(M, N, K, dtype) == work.nbytes
+            assert intensity.matmul(M, N, K, dtype) == work   # torch dtypes and keys alike
+            s = 2 if key == "fp16" else 4
+            assert work.flops == 2 * M * N * K
+            assert work.nbytes == (M * K + K * N + M * N) * s
             tiled = intensity.matmul(M, N, K, key, block_m=128, block_n=64)
-            assert mm.bytes_moved(M, N, K, dtype, 128, 64) == tiled.nbytes
+            assert tiled.nbytes == (M * K * -(-N // 64) + K * N * -(-M // 128) + M * N) * s
 
 
 def test_tile_intensity_and_sram():
     # A square B x B tile: B x B x BLOCK_K multiply-adds for 2 x B x BLOCK_K loaded values,
     # B/2 multiply-adds (B FLOPs) per value: B/2 FLOP/byte in fp16, B/4 in fp32.
     for side in (16, 64, 128):
-        assert mm.tile_intensity(side, side, 32, torch.float16) == pytest.approx(side / 2)
-        assert mm.tile_intensity(side, side, 128, torch.float32) == pytest.approx(side / 4)
+        assert intensity.tile_intensity(side, side, 32, torch.float16) == pytest.approx(side / 2)
+        assert intensity.tile_intensity(side, side, 128, torch.float32) == pytest.approx(side / 4)
     # 128 x 256 x 64 fp16, 3 stages: 3 x (128 x 64 + 64 x 256) x 2 bytes = 144 KiB.
-    assert mm.sram_bytes(128, 256, 64, torch.float16, 3) == 144 * 1024
-    assert mm.accumulator_bytes(128, 256) == 128 * 1024
+    assert intensity.sram_bytes(128, 256, 64, torch.float16, 3) == 144 * 1024
+    assert intensity.accumulator_bytes(128, 256) == 128 * 1024
     # The naive kernel's intensity: one multiply-add (2 FLOPs) per loaded fp16 value of B.
-    assert mm.tile_intensity(1, 64, 32, torch.float16) == pytest.approx(2 * 64 / (65 * 2))
-    assert mm.bytes_moved(64, 64, 64, torch.float16, 1, 1) == (2 * 64**3 + 64**2) * 2
+    assert intensity.tile_intensity(1, 64, 32, torch.float16) == pytest.approx(2 * 64 / (65 * 2))
+    assert intensity.matmul(64, 64, 64, torch.float16, 1, 1).nbytes == (2 * 64**3 + 64**2) * 2
 
 
 # --------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import helpers
+from helpers import intensity
 from helpers.experiments.fusion import trace
 from helpers.kernels import rmsnorm as rk
 
@@ -108,21 +109,21 @@ def test_eager_napkin_math_matches_the_trace(dtype, kernels):
     m, n = 6, 8
     x, r, w = _inputs((m, n), dtype, seed=5)
     traced = trace(rk.residual_rmsnorm_eager, x.cpu(), r.cpu(), w.cpu())
-    assert len(traced) == kernels == len(rk.eager_kernels(m, n, dtype)), traced
-    assert [k.read for k in traced] == [k[1] for k in rk.eager_kernels(m, n, dtype)]
-    assert [k.written for k in traced] == [k[2] for k in rk.eager_kernels(m, n, dtype)]
-    assert traced.bytes == rk.bytes_moved("eager", m, n, dtype)
+    assert len(traced) == kernels == len(intensity.residual_rmsnorm_eager_kernels(m, n, dtype)), traced
+    assert [k.read for k in traced] == [k[1] for k in intensity.residual_rmsnorm_eager_kernels(m, n, dtype)]
+    assert [k.written for k in traced] == [k[2] for k in intensity.residual_rmsnorm_eager_kernels(m, n, dtype)]
+    assert traced.bytes == intensity.residual_rmsnorm(m, n, dtype, "eager").nbytes
 
 
 def test_fused_bytes_and_predicted_speedups():
     m, n, bf16 = 4096, 8192, torch.bfloat16
-    assert rk.bytes_moved("fused", m, n, bf16) == 4 * m * n * 2 + n * 2
-    assert rk.bytes_moved("torch", m, n, bf16) == 5 * m * n * 2 + n * 2
+    assert intensity.residual_rmsnorm(m, n, bf16, "fused").nbytes == 4 * m * n * 2 + n * 2
+    assert intensity.residual_rmsnorm(m, n, bf16, "torch").nbytes == 5 * m * n * 2 + n * 2
     # bf16 eager: 42 bytes per element against 8 fused.
-    ratio = rk.bytes_moved("eager", m, n, bf16) / rk.bytes_moved("fused", m, n, bf16)
+    ratio = intensity.residual_rmsnorm(m, n, bf16, "eager").nbytes / intensity.residual_rmsnorm(m, n, bf16, "fused").nbytes
     assert 5.2 < ratio < 5.26
     with pytest.raises(ValueError):
-        rk.bytes_moved("unfused", m, n, bf16)
+        intensity.residual_rmsnorm(m, n, bf16, "unfused").nbytes
 
 
 @needs_gpu

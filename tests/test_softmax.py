@@ -133,20 +133,21 @@ def test_launcher_rejects_bad_launch_parameters():
 
 def test_napkin_math_matches_the_triton_tutorial_and_the_trace():
     m, n = 6, 10
-    assert sk.elements_moved("naive", m, n) == (5 * m * n + 2 * m, 3 * m * n + 2 * m)
+    # read 5MN + 2M, write 3MN + 2M elements: 8MN + 4M, at 1 byte each in fp8
+    assert intensity.softmax(m, n, "fp8", "naive").nbytes == 8 * m * n + 4 * m
     x = torch.randn(m, n, dtype=torch.float16)
     traced = trace(sk.naive_softmax, x)
     assert len(traced) == 5, f"naive softmax should be 5 kernels, traced {traced}"
-    assert traced.bytes == sk.bytes_moved("naive", m, n, torch.float16)
+    assert traced.bytes == intensity.softmax(m, n, torch.float16, "naive").nbytes
     # The fused count is the course's compulsory traffic for a softmax.
-    assert sk.bytes_moved("fused", m, n, torch.float16) == intensity.softmax(m, n, "fp16").nbytes
-    assert sk.flops(m, n) == intensity.softmax(m, n, "fp16").flops
+    assert intensity.softmax(m, n, torch.float16).nbytes == 2 * m * n * 2
+    assert intensity.softmax(m, n, "fp16", "online").flops == intensity.softmax(m, n, "fp16").flops
     # Fusion's predicted gain for a large matrix approaches (8MN + 4M) / 2MN = 4.
-    ratio = sk.bytes_moved("naive", 4096, 4096, torch.float16) / sk.bytes_moved(
-        "fused", 4096, 4096, torch.float16)
+    ratio = (intensity.softmax(4096, 4096, torch.float16, "naive").nbytes
+             / intensity.softmax(4096, 4096, torch.float16, "fused").nbytes)
     assert 4.0 < ratio < 4.01
     with pytest.raises(ValueError, match="unknown version"):
-        sk.bytes_moved("fast", m, n, torch.float16)
+        intensity.softmax(m, n, torch.float16, "fast")
 
 
 @needs_gpu
