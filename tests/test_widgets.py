@@ -177,3 +177,34 @@ def test_log_limits_widen_by_whole_powers():
     assert explorer.log_limits(1 / 16, 8192, [100.0]) == (1 / 16, 8192)
     assert explorer.log_limits(1 / 16, 8192, [10922.7]) == (1 / 16, 32768)
     assert explorer.log_limits(1.0, 8.0, [0.3, None, float("nan"), -1.0]) == (0.125, 8.0)
+
+
+# --------------------------------------------------------------------------------------
+# Lesson 04's tile explorer
+# --------------------------------------------------------------------------------------
+
+
+def test_tile_explorer_draws_its_plan_and_redraws_once():
+    from helpers import tile_plan
+    from helpers.plots.tiling import TileExplorer
+
+    t = TileExplorer()
+    bundle = t._repr_mimebundle_()
+    assert _is_png(bundle["image/png"])
+    want = tile_plan.plan("H100-SXM", "fp16", 128, 256, 64, 3, 8)
+    assert t.readout == "\n".join(want.lines())
+    before = t.redraws
+    t.controls["num_stages"].value = 6                       # 288 KiB: more than 227
+    assert t.redraws == before + 1 and "does NOT fit" in t.readout
+
+
+def test_tile_plan_counts_sram_and_registers():
+    from helpers import hardware, tile_plan
+
+    p = tile_plan.plan("H100-SXM", "fp16", 128, 256, 64, num_stages=3, num_warps=8)
+    assert p.sram_bytes == 3 * (128 * 64 + 64 * 256) * 2           # 3 stages of A and B tiles
+    assert p.fits and p.sram_limit == 227 * 1024
+    assert p.acc_registers == 128 * 256 // (32 * 8)                # fp32 words per thread
+    assert tile_plan.smem_per_program(hardware.GPUS["T4"]) == 64 * 1024   # sm_75 keeps none back
+    with pytest.raises(KeyError):
+        tile_plan.plan("H100-SXM", "fp8", 128, 128, 64)             # not a tl.dot tile type here

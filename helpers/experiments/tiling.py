@@ -1,4 +1,5 @@
-"""The matmul ladder, measured: every version of helpers.kernels.matmul next to cuBLAS.
+"""Lesson 04 (tiling), measured: the matmul ladder, every version of helpers.kernels.matmul
+next to cuBLAS.
 
 Four parts, all timed in this one process with :func:`helpers.bench.time_ms` (median,
 cold L2; the ladder keeps the fastest of a few such medians), on random inputs (tensor
@@ -250,8 +251,8 @@ QUICK = dict(sizes=(1024, 4096), knob_tiles=((128, 256, 64),), knob_stages=(3, 4
              group_size=4096, group_ms=(1, 8), tf32_size=2048)
 
 
-@experiment("matmul")
-def matmul(sizes=SIZES, dtypes=DTYPES, steps=None, knob_size=KNOB_SIZE, knob_tiles=KNOB_TILES,
+@experiment("tiling")
+def tiling(sizes=SIZES, dtypes=DTYPES, steps=None, knob_size=KNOB_SIZE, knob_tiles=KNOB_TILES,
            knob_stages=KNOB_STAGES, knob_warps=KNOB_WARPS, group_size=GROUP_SIZE,
            group_ms=GROUP_MS, tf32_size=TF32_SIZE) -> dict:
     """The whole record. Smaller arguments give the quick version a notebook runs live."""
