@@ -11,9 +11,9 @@ import torch
 import helpers
 from helpers import intensity, records
 from helpers.kernels import memory_wall as mw
+from support import assert_close
 
 DEV = helpers.device()
-needs_gpu = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (compiled kernels)")
 
 # (dtype, atol, rtol): the kernels compute in fp32 and round once to the storage type,
 # so they may differ from the reference by one unit in the last place of that type.
@@ -28,16 +28,8 @@ SIZES = [1, 1000, 1024, mw.BLOCK_SIZE + 1, 3 * mw.BLOCK_SIZE + 5]
 
 
 def _close(got, want, atol, rtol, what):
-    assert got.shape == want.shape, (f"{what}: shape {tuple(got.shape)}, "
-                                     f"expected {tuple(want.shape)}")
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
-    err = (got.float() - want.float()).abs()
-    bound = atol + rtol * want.float().abs()
-    bad = (err > bound).nonzero()
-    assert bad.numel() == 0, (
-        f"{what}: {bad.shape[0]} of {want.numel()} elements off; the worst is "
-        f"{err.max().item():.3g} (allowed {atol} + {rtol} x |reference|). "
-        "Check the mask of the last block and the fp32 arithmetic.")
+    assert_close(got, want, atol, rtol, what,
+                 "Check the mask of the last block and the fp32 arithmetic.")
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -231,7 +223,6 @@ def test_recorded_copy_reaches_85_percent_of_peak():
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("dtype,atol,rtol", TOLERANCES)
 def test_all_kernels_compiled_large(dtype, atol, rtol):
     n = 2**24 + 3

@@ -11,7 +11,6 @@ import helpers
 from helpers import hardware, intensity
 from helpers.kernels import vector_add as va
 
-gpu_only = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU")
 
 # (dtype, atol, rtol): one addition rounds once, so the kernel must match torch exactly
 # up to that rounding; an error larger than one ulp means a wrong element, not rounding.
@@ -116,7 +115,6 @@ def test_napkin_math_for_a_billion_fp16_elements():
 # --------------------------------------------------------------------------------------
 
 
-@gpu_only
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [1, B + 1, 1_000_003, 2**24 + 17])
 def test_compiled_kernel_is_exact(n):
@@ -125,7 +123,6 @@ def test_compiled_kernel_is_exact(n):
         assert torch.equal(va.add(a, b), a + b), f"n={n} {dtype}"
 
 
-@gpu_only
 @pytest.mark.gpu
 def test_bandwidth_at_2_28_is_near_the_datasheet_peak():
     from helpers.experiments.vector_add import time_pair
