@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hardware import GPUSpec, dtype_key
+from .dtypes import dtype_key
+from .hardware import GPUSpec
 
 # A kernel launch plus the time for the GPU to start and retire its first wave of
 # blocks is a few microseconds on current GPUs; lessons measure it (helpers.experiments).
