@@ -14,7 +14,8 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float
     The message teaches: how many elements are off, the worst error, where the first one
     is and its two values, then ``hint``, the mistake that pattern usually means.
     """
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    assert got.shape == want.shape, (f"{what}: shape {tuple(got.shape)}, "
+                                     f"expected {tuple(want.shape)}")
     assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
     g, w = got.float(), want.float()
     err = (g - w).abs()

@@ -84,7 +84,8 @@ def check_regime(answer, nbytes: float, floor_us: float, peak_gbps: float) -> Fe
     expected = "latency" if transfer_us < floor_us else "bandwidth"
     relation = "less" if transfer_us < floor_us else "more"
     return check_choice(
-        f"regime of a copy moving {format_bytes(nbytes)}", answer, expected, ("latency", "bandwidth"),
+        f"regime of a copy moving {format_bytes(nbytes)}", answer, expected,
+        ("latency", "bandwidth"),
         why=f"At {peak_gbps:,.0f} GB/s the bytes take {transfer_us:.3g} µs, {relation} than "
             f"the {floor_us:.3g} µs launch floor.")
 
