@@ -20,14 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+import triton.testing
+
 from . import runtime
 
 
 def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> float:
     """Median time of ``fn()`` in milliseconds, after warm-up, each run with a cold L2."""
     runtime.require_gpu("timing a kernel")
-    import triton.testing
-
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
@@ -53,13 +54,6 @@ def fraction_of_peak(achieved: float, peak: float) -> float:
 def _check_time(ms: float) -> None:
     if not ms > 0:
         raise ValueError(f"a time must be positive milliseconds, got {ms!r}")
-
-
-def intensity(flops: float, nbytes: float) -> float:
-    """Arithmetic intensity: FLOPs per byte moved to or from DRAM."""
-    if nbytes <= 0:
-        raise ValueError(f"bytes moved must be positive, got {nbytes}")
-    return flops / nbytes
 
 
 @dataclass(frozen=True)
@@ -192,16 +186,12 @@ def compare(
     """Time every implementation in this process, one after the other, and tabulate.
 
     All of them do the same work (``nbytes`` moved, ``flops`` done), so the ratios are
-    ratios of time. ``gpu`` (a :class:`~helpers.hardware.GPUSpec`, default: the current
-    one) and ``dtype`` give the peaks for the "% of peak" columns.
+    ratios of time. ``gpu`` (a :class:`~helpers.hardware.GPUSpec`; pass
+    ``hardware.current_gpu()`` for the one in use) and ``dtype`` give the peaks for the
+    "% of peak" columns; without ``gpu`` those columns stay empty.
     """
     runtime.require_gpu("comparing implementations")
-    from . import hardware
-
-    gpu = gpu or hardware.current_gpu()
     rows = [Measurement(name, time_ms(fn), nbytes, flops) for name, fn in implementations.items()]
-    import torch
-
     return Comparison(
         title=title,
         rows=rows,

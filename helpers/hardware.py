@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import runtime
+import torch
 
-# The data types the tables know, from the CUDA cores' fp32 up to Hopper's fp8.
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+from . import bench, runtime
+from .dtypes import DTYPES, dtype_key  # the short names of the peak-throughput columns
 
 
 @dataclass(frozen=True)
@@ -62,21 +62,6 @@ class GPUSpec:
     @property
     def l2_bytes(self) -> int:
         return int(self.l2_mib * 1024 * 1024)
-
-
-def dtype_key(dtype) -> str:
-    """``torch.float16`` / ``"float16"`` / ``"fp16"`` -> ``"fp16"``."""
-    text = str(dtype).replace("torch.", "").lower()
-    aliases = {
-        "float32": "fp32", "float": "fp32", "fp32": "fp32",
-        "tf32": "tf32", "tensorfloat32": "tf32",
-        "float16": "fp16", "half": "fp16", "fp16": "fp16",
-        "bfloat16": "bf16", "bf16": "bf16",
-        "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "fp8": "fp8",
-    }
-    if text not in aliases:
-        raise ValueError(f"unknown data type {dtype!r}; use one of {', '.join(DTYPES)}")
-    return aliases[text]
 
 
 _NV = "https://www.nvidia.com/content/dam/en-zz/Solutions"
@@ -243,8 +228,6 @@ def current_gpu() -> GPUSpec | None:
     """The table row for the GPU in use, or ``None`` in CPU mode or for an unknown GPU."""
     if not runtime.is_gpu():
         return None
-    import torch
-
     try:
         return lookup(torch.cuda.get_device_name())
     except KeyError:
@@ -269,10 +252,6 @@ def measure_copy_bandwidth(nbytes: int = 2 << 30) -> dict:
     streams memory. 2 GiB is far larger than any L2, so the cache cannot help.
     """
     runtime.require_gpu("measuring copy bandwidth")
-    import torch
-
-    from . import bench
-
     n = nbytes // 4
     src = torch.randn(n, device="cuda", dtype=torch.float32)
     dst = torch.empty_like(src)
@@ -289,10 +268,6 @@ def measure_matmul_tflops(n: int = 8192, dtype=None) -> dict:
     they will on real data.
     """
     runtime.require_gpu("measuring matmul throughput")
-    import torch
-
-    from . import bench
-
     dtype = dtype or torch.bfloat16
     a = torch.randn(n, n, device="cuda", dtype=dtype)
     b = torch.randn(n, n, device="cuda", dtype=dtype)

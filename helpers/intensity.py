@@ -4,7 +4,8 @@ Every function here returns a :class:`Work`: the floating-point operations an op
 performs and the bytes it moves between the GPU's DRAM (HBM) and the chip, counted by
 hand the way a kernel author counts them before writing a line of code. Their ratio is
 the op's *arithmetic intensity*, in FLOP per byte, and it decides which roof of the
-roofline (:mod:`helpers.roofline`) the op runs into.
+roofline (:mod:`helpers.roofline`) the op runs into; :mod:`helpers.prediction` turns a
+:class:`Work` into a lower bound on its time on one GPU.
 
 Counting conventions, used by the whole course:
 
@@ -19,6 +20,13 @@ Counting conventions, used by the whole course:
   tile) are counted only where the function says so: that is exactly the difference
   between a naive and a good kernel.
 * Scalars (``a`` in ``a * x + y``) live in registers and cost no bytes.
+
+One signature family for every op: ``op(sizes..., dtype, version=...) -> Work``. The
+sizes come first in the order the op's docs name them (``n``; ``rows, cols``; ``M, N,
+K``), ``dtype`` is a torch dtype or a key such as ``"bf16"`` (:mod:`helpers.dtypes`), and
+where implementations move different bytes, ``version`` names the one counted (``"fused"``
+by default). Read ``.flops``, ``.nbytes`` and ``.intensity`` off the result. The kernels
+of :mod:`helpers.kernels` hold no counts of their own: this module is the one home.
 """
 
 from __future__ import annotations
@@ -26,13 +34,9 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Callable
 
-from . import roofline
-from .hardware import GPUSpec, dtype_key
-
-# Bytes per element of each data type the course uses (tf32 is stored as fp32).
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+from .dtypes import dtype_key
+from .dtypes import element_size as element_bytes  # the name the counts below read best with
 
 # FLOPs per element of a row softmax, counted as:
 #   max (1 compare) + subtract the max (1) + exp (1) + running sum (1) + divide (1)
@@ -41,11 +45,15 @@ SOFTMAX_FLOPS_PER_ELEMENT = 5
 #   mean (1 add) + variance: subtract, square, add (3) + multiply by 1/std (1)
 #   + scale and shift by the weight and bias (2)
 LAYER_NORM_FLOPS_PER_ELEMENT = 7
-
-
-def element_bytes(dtype) -> int:
-    """Size of one element of ``dtype`` (``"bf16"``, ``torch.float32``, ...) in bytes."""
-    return ELEMENT_BYTES[dtype_key(dtype)]
+# FLOPs per element of the tanh GELU, computed as t / (1 + exp(-2u)):
+#   t*t*t (2) + 0.044715 t^3 (1) + t + ... (1) + times 2 sqrt(2/pi) (1) + exp (1)
+#   + 1 + exp (1) + divide (1)
+GELU_FLOPS_PER_ELEMENT = 8
+# SwiGLU, silu(gate) * up = gate / (1 + exp(-gate)) * up: exp, add, divide, multiply.
+SWIGLU_FLOPS_PER_ELEMENT = 4
+# Residual add + RMSNorm: the add (1) + square and accumulate (2) + times 1/rms (1)
+#   + times the weight (1)
+RMSNORM_FLOPS_PER_ELEMENT = 5
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,16 @@ def _positive(**sizes: int) -> None:
             raise ValueError(f"{name} must be a positive whole number, got {value!r}")
 
 
+def _whole(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+
+
+def _known(version: str, versions: tuple[str, ...]) -> None:
+    if version not in versions:
+        raise ValueError(f"unknown version {version!r}; known: {', '.join(versions)}")
+
+
 # --------------------------------------------------------------------------------------
 # Streaming ops: every element read and written once, a handful of FLOPs on each.
 # --------------------------------------------------------------------------------------
@@ -102,12 +120,32 @@ def copy(n: int, dtype="fp32") -> Work:
                 "read x, write y; 0 FLOP")
 
 
-def vector_add(n: int, dtype="fp32") -> Work:
-    """``c = a + b``: one add per element; read a and b, write c."""
-    _positive(n=n)
+def vector_add(n: int, dtype="fp32", n_inputs: int = 2, fmas_per_element: int = 0) -> Work:
+    """``c = a + b``: one add per element; read a and b, write c.
+
+    ``n_inputs`` vectors summed take ``n_inputs - 1`` adds and ``n_inputs`` reads per
+    element; ``fmas_per_element`` multiply-adds (two FLOPs each, the datasheets'
+    convention) may ride along. In place (``A += B``) changes nothing: A is still read,
+    B still read, and the result still written back over A. In-place saves memory
+    *capacity* (no third buffer), not memory *traffic*.
+    """
+    _positive(n=n, n_inputs=n_inputs)
+    _whole("fmas_per_element", fmas_per_element)
     s = element_bytes(dtype)
-    return Work("vector add", f"n={n}", dtype_key(dtype), n, 3 * n * s, "fp32",
-                "1 add per element; read a, read b, write c")
+    counting = "1 add per element; read a, read b, write c"
+    if (n_inputs, fmas_per_element) != (2, 0):
+        counting = (f"{n_inputs - 1} add(s) + {fmas_per_element} FMA per element; "
+                    f"read {n_inputs} inputs, write 1 output")
+    return Work("vector add", f"n={n}", dtype_key(dtype),
+                n * (n_inputs - 1 + 2 * fmas_per_element), (n_inputs + 1) * n * s, "fp32",
+                counting)
+
+
+def scale_shift(n: int, dtype="fp32") -> Work:
+    """``y = a * x + b`` (lesson 00's first kernel): a multiply and an add per element."""
+    _positive(n=n)
+    return Work("scale shift", f"n={n}", dtype_key(dtype), 2 * n, 2 * n * element_bytes(dtype),
+                "fp32", "1 multiply + 1 add per element; read x, write y")
 
 
 def axpy(n: int, dtype="fp32") -> Work:
@@ -133,17 +171,27 @@ def row_sum(rows: int, cols: int, dtype="fp32") -> Work:
                 rows * cols * s + rows * 4, "fp32", "1 add per element; read x, write the row sums")
 
 
-def softmax(rows: int, cols: int, dtype="fp32") -> Work:
-    """Softmax over each row, with the whole row held on chip (one read, one write).
+SOFTMAX_VERSIONS = ("naive", "fused", "online")
 
-    FLOPs per element: see :data:`SOFTMAX_FLOPS_PER_ELEMENT`.
+
+def softmax(rows: int, cols: int, dtype="fp32", version: str = "fused") -> Work:
+    """Softmax over each row. FLOPs per element: see :data:`SOFTMAX_FLOPS_PER_ELEMENT`.
+
+    ``"fused"``: the whole row held on chip, read once, written once. ``"online"``: rows
+    too long for that are walked twice (a running max and sum, then the output): read
+    twice, written once. ``"naive"``: five PyTorch ops, five kernels; Triton's tutorial
+    counts read ``5MN + 2M``, write ``3MN + 2M`` elements.
     """
     _positive(rows=rows, cols=cols)
     s = element_bytes(dtype)
     n = rows * cols
-    return Work("softmax", f"{rows}x{cols}", dtype_key(dtype), SOFTMAX_FLOPS_PER_ELEMENT * n,
-                2 * n * s, "fp32",
-                f"{SOFTMAX_FLOPS_PER_ELEMENT} FLOP per element; read x once, write y once")
+    _known(version, SOFTMAX_VERSIONS)
+    count, how = {"fused": (2 * n, "read x once, write y once"),
+                  "online": (3 * n, "read x twice, write y once"),
+                  "naive": (8 * n + 4 * rows, "5 kernels: read 5MN + 2M, write 3MN + 2M")}[version]
+    op = "softmax" if version == "fused" else f"softmax ({version})"
+    return Work(op, f"{rows}x{cols}", dtype_key(dtype), SOFTMAX_FLOPS_PER_ELEMENT * n,
+                count * s, "fp32", f"{SOFTMAX_FLOPS_PER_ELEMENT} FLOP per element; {how}")
 
 
 def layer_norm(rows: int, cols: int, dtype="fp32") -> Work:
@@ -159,6 +207,133 @@ def layer_norm(rows: int, cols: int, dtype="fp32") -> Work:
                 LAYER_NORM_FLOPS_PER_ELEMENT * n, 2 * n * s + 2 * cols * s, "fp32",
                 f"{LAYER_NORM_FLOPS_PER_ELEMENT} FLOP per element; read x, write y, "
                 "read weight and bias once")
+
+
+def gelu(n: int, dtype="fp32") -> Work:
+    """The tanh GELU of every element: read x, write y; :data:`GELU_FLOPS_PER_ELEMENT` each."""
+    _positive(n=n)
+    return Work("gelu", f"n={n}", dtype_key(dtype), GELU_FLOPS_PER_ELEMENT * n,
+                2 * n * element_bytes(dtype), "fp32",
+                f"{GELU_FLOPS_PER_ELEMENT} FLOP per element; read x, write y")
+
+
+def fma_chain(n: int, iters: int, dtype="fp32") -> Work:
+    """A copy that does ``iters`` multiply-adds on every element on the way through.
+
+    The bytes of a copy, ``2 iters`` FLOPs per element: sweeping ``iters`` walks an op
+    along the roofline's x axis without changing its traffic.
+    """
+    _positive(n=n)
+    _whole("iters", iters)
+    return Work("fma chain", f"n={n}, {iters} FMA", dtype_key(dtype), 2 * iters * n,
+                2 * n * element_bytes(dtype), "fp32",
+                f"{iters} multiply-adds (2 FLOP each) per element; read x, write y")
+
+
+def bias_add(rows: int, cols: int, dtype="fp32") -> Work:
+    """``x + bias``, the bias (``cols`` values) broadcast down the rows.
+
+    Read x, write y, read the bias once: every row shares it, and after the first rows
+    it comes from cache.
+    """
+    _positive(rows=rows, cols=cols)
+    n = rows * cols
+    return Work("bias add", f"{rows}x{cols}", dtype_key(dtype), n,
+                (2 * n + cols) * element_bytes(dtype), "fp32",
+                "1 add per element; read x and the bias, write y")
+
+
+ELEMENTWISE_VERSIONS = ("unfused", "fused")
+
+
+def bias_gelu(rows: int, cols: int, dtype="fp32", version: str = "fused") -> Work:
+    """``gelu(x + bias)``: the same FLOPs fused or not, half the bytes fused.
+
+    ``"unfused"``: two kernels (PyTorch eager, or lesson 01's ``bias_add`` then ``gelu``):
+    the add reads x and the bias and writes t, GELU reads t back and writes y,
+    ``4MN + N`` elements. ``"fused"``: t stays in registers, ``2MN + N``.
+    """
+    _positive(rows=rows, cols=cols)
+    _known(version, ELEMENTWISE_VERSIONS)
+    n = rows * cols
+    elements = 2 * n + cols if version == "fused" else 4 * n + cols
+    how = ("read x and the bias, write y" if version == "fused" else
+           "2 kernels: t = x + bias written to DRAM and read back")
+    return Work(f"bias + gelu ({version})", f"{rows}x{cols}", dtype_key(dtype),
+                (GELU_FLOPS_PER_ELEMENT + 1) * n, elements * element_bytes(dtype), "fp32",
+                f"{GELU_FLOPS_PER_ELEMENT + 1} FLOP per element; {how}")
+
+
+def swiglu(rows: int, cols: int, dtype="fp32", version: str = "fused") -> Work:
+    """``silu(gate) * up``: ``"unfused"`` (SiLU, then the product) moves ``5MN``
+    elements, ``"fused"`` ``3MN`` (read gate and up, write y)."""
+    _positive(rows=rows, cols=cols)
+    _known(version, ELEMENTWISE_VERSIONS)
+    n = rows * cols
+    elements = 3 * n if version == "fused" else 5 * n
+    how = ("read gate and up, write y" if version == "fused" else
+           "2 kernels: silu(gate) written to DRAM and read back")
+    return Work(f"swiglu ({version})", f"{rows}x{cols}", dtype_key(dtype),
+                SWIGLU_FLOPS_PER_ELEMENT * n, elements * element_bytes(dtype), "fp32",
+                f"{SWIGLU_FLOPS_PER_ELEMENT} FLOP per element; {how}")
+
+
+RMSNORM_VERSIONS = ("eager", "torch", "fused")
+
+
+def residual_rmsnorm_eager_kernels(rows: int, cols: int, dtype) -> list[tuple[str, int, int]]:
+    """``(op, bytes read, bytes written)`` of each kernel of the eager residual + RMSNorm
+    (:func:`helpers.kernels.rmsnorm.residual_rmsnorm_eager`).
+
+    The statistics run in fp32, so ``hf`` is an fp32 copy of ``h``: 4 bytes an element.
+    For fp32 inputs the two ``.to()`` conversions are no-ops and launch nothing.
+    """
+    _positive(rows=rows, cols=cols)
+    s, f = element_bytes(dtype), 4
+    m, n = rows, cols
+    mn = m * n
+    fp32 = dtype_key(dtype) == "fp32"
+    ops = [("h = x + residual", 2 * mn * s, mn * s)]
+    if not fp32:
+        ops.append(("hf = h.to(float32)", mn * s, mn * f))
+    ops += [
+        ("hf.pow(2)", mn * f, mn * f),
+        (".mean(-1)", mn * f, m * f),
+        ("variance + eps", m * f, m * f),
+        ("torch.rsqrt", m * f, m * f),
+        ("hf * rsqrt", mn * f + m * f, mn * f),
+    ]
+    if not fp32:
+        ops.append(("hf.to(x.dtype)", mn * f, mn * s))
+    ops.append(("weight * ...", n * s + mn * s, mn * s))
+    return ops
+
+
+def residual_rmsnorm(rows: int, cols: int, dtype="fp32", version: str = "fused") -> Work:
+    """Residual add + RMSNorm, ``h = x + residual``, ``y = rmsnorm(h) * weight``.
+
+    Both h and y are outputs. ``"fused"``: read x and residual, write h and y, read the
+    weight once: ``4MN + N`` elements, the least possible. ``"torch"``: the add, then
+    PyTorch's fused ``F.rms_norm``, so h is written and read back: ``5MN + N``.
+    ``"eager"``: nine kernels with fp32 intermediates, summed from
+    :func:`residual_rmsnorm_eager_kernels`.
+    """
+    _positive(rows=rows, cols=cols)
+    _known(version, RMSNORM_VERSIONS)
+    s = element_bytes(dtype)
+    mn = rows * cols
+    if version == "eager":
+        nbytes = sum(r + w for _, r, w in residual_rmsnorm_eager_kernels(rows, cols, dtype))
+        how = "9 kernels, fp32 intermediates"
+    elif version == "torch":
+        nbytes = 3 * mn * s + (mn * s + cols * s) + mn * s   # add; then read h + weight, write y
+        how = "add, then F.rms_norm: h written and read back"
+    else:
+        nbytes = 4 * mn * s + cols * s                       # read x, residual; write h, y; weight
+        how = "read x and residual, write h and y, read the weight once"
+    return Work(f"residual + rmsnorm ({version})", f"{rows}x{cols}", dtype_key(dtype),
+                RMSNORM_FLOPS_PER_ELEMENT * mn, nbytes, "fp32",
+                f"{RMSNORM_FLOPS_PER_ELEMENT} FLOP per element; {how}")
 
 
 # --------------------------------------------------------------------------------------
@@ -198,6 +373,34 @@ def matmul(M: int, N: int, K: int, dtype="bf16", block_m: int | None = None,
                     f"B read {b_reads}x, C written once")
         shape = f"M={M} N={N} K={K}, tiles {block_m}x{block_n}"
     return Work("matmul", shape, key, 2 * M * N * K, nbytes, key, counting)
+
+
+def tile_intensity(block_m: int, block_n: int, block_k: int, dtype) -> float:
+    """FLOPs per byte one matmul program loads, one K step at a time.
+
+    Each step loads a ``block_m x block_k`` tile of A and a ``block_k x block_n`` tile of
+    B and does ``2 block_m block_n block_k`` FLOPs with them: ``2 block_m block_n /
+    ((block_m + block_n) s)`` FLOP/byte, whatever ``block_k``. A square tile of side B
+    uses each loaded value for B/2 multiply-adds: B/2 FLOP/byte in fp16. Bigger tiles,
+    more reuse.
+    """
+    s = element_bytes(dtype)
+    return 2 * block_m * block_n * block_k / ((block_m * block_k + block_k * block_n) * s)
+
+
+def sram_bytes(block_m: int, block_n: int, block_k: int, dtype, num_stages: int = 1) -> int:
+    """Shared memory one matmul program needs for its A and B tiles: one buffer per stage.
+
+    The model counts the operand buffers only. The compiler may add a staging buffer
+    for the output tile or reuse the operand buffers for it; the recorded GPU run
+    compares this model with what the compiler reports.
+    """
+    return max(1, num_stages) * (block_m * block_k + block_k * block_n) * element_bytes(dtype)
+
+
+def accumulator_bytes(block_m: int, block_n: int) -> int:
+    """Registers holding one matmul program's fp32 accumulator tile."""
+    return block_m * block_n * 4
 
 
 # --------------------------------------------------------------------------------------
@@ -245,111 +448,6 @@ def attention_tiled(batch_heads: int, seq: int, head_dim: int, dtype="bf16") -> 
                 batch_heads * _attention_flops(seq, head_dim),
                 batch_heads * 4 * seq * head_dim * s, key,
                 "4 seq^2 d + 5 seq^2 FLOP per head; read Q, K, V, write O once")
-
-
-# --------------------------------------------------------------------------------------
-# From work to a prediction: which limit binds, and how long it must take at least.
-# --------------------------------------------------------------------------------------
-
-BOUNDS = ("memory", "compute", "latency")
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The roofline's lower bound on an op's time on one GPU, split by cause.
-
-    ``memory_ms``: bytes / peak bandwidth. ``compute_ms``: FLOPs / peak FLOP/s of the
-    roof that applies. ``launch_ms``: the fixed cost of starting a kernel, measured.
-    The op takes at least ``launch + max(memory, compute)``; the *bound* is whichever
-    of the three terms is largest.
-    """
-
-    work: Work
-    gpu: GPUSpec
-    peak_dtype: str
-    memory_ms: float
-    compute_ms: float
-    launch_ms: float
-
-    @property
-    def time_ms(self) -> float:
-        return roofline.predicted_time_ms(self.work.flops, self.work.nbytes, self.gpu,
-                                          self.peak_dtype, launch_us=self.launch_ms * 1e3)
-
-    @property
-    def bound(self) -> str:
-        biggest = max(self.memory_ms, self.compute_ms, self.launch_ms)
-        if biggest == self.launch_ms and self.launch_ms > 0:
-            return "latency"
-        return "memory" if self.memory_ms >= self.compute_ms else "compute"
-
-    @property
-    def tflops(self) -> float:
-        """The throughput this prediction implies, launch cost included."""
-        return self.work.flops / (self.time_ms * 1e-3) / 1e12
-
-    def describe(self) -> str:
-        return (f"{self.work.op} on {self.gpu.name} ({self.peak_dtype} roof): "
-                f"memory {self.memory_ms:.3g} ms, compute {self.compute_ms:.3g} ms, "
-                f"launch {self.launch_ms:.3g} ms -> at least {self.time_ms:.3g} ms, "
-                f"{self.bound}-bound")
-
-
-def predict(work: Work, gpu: GPUSpec, launch_us: float = 0.0,
-            peak_dtype: str | None = None) -> Prediction:
-    """Predict ``work`` on ``gpu``; ``launch_us`` is a measured launch cost (microseconds)."""
-    if launch_us < 0:
-        raise ValueError(f"launch_us must be >= 0, got {launch_us}")
-    peak_dtype = dtype_key(peak_dtype or work.peak_dtype)
-    memory_ms = work.nbytes / (gpu.hbm_bandwidth_gbs * 1e9) * 1e3
-    compute_ms = work.flops / (gpu.peak(peak_dtype) * 1e12) * 1e3
-    return Prediction(work, gpu, peak_dtype, memory_ms, compute_ms, launch_us * 1e-3)
-
-
-# --------------------------------------------------------------------------------------
-# A catalogue for widgets and tables: each op as a function of one size knob.
-# --------------------------------------------------------------------------------------
-
-# Fixed dimensions for the one-knob versions below: 4096-wide rows (a typical hidden
-# size) and attention with 32 heads of dimension 128 per batch.
-ROW_WIDTH = 4096
-ATTENTION_HEADS = 32
-HEAD_DIM = 128
-
-
-@dataclass(frozen=True)
-class CatalogueEntry:
-    name: str
-    size_label: str
-    make: Callable[[int, str], Work]
-    log2_range: tuple[int, int]  # sensible sizes: 2**lo .. 2**hi
-    log2_default: int
-
-
-CATALOGUE: dict[str, CatalogueEntry] = {
-    e.name: e for e in (
-        CatalogueEntry("vector add", "n (elements)", lambda n, dt: vector_add(n, dt), (10, 30), 28),
-        CatalogueEntry("axpy", "n (elements)", lambda n, dt: axpy(n, dt), (10, 30), 28),
-        CatalogueEntry("softmax", f"rows (of {ROW_WIDTH})",
-                       lambda r, dt: softmax(r, ROW_WIDTH, dt), (0, 18), 15),
-        CatalogueEntry("layer norm", f"rows (of {ROW_WIDTH})",
-                       lambda r, dt: layer_norm(r, ROW_WIDTH, dt), (0, 18), 15),
-        CatalogueEntry("matmul", "M = N = K", lambda n, dt: matmul(n, n, n, dt), (4, 15), 12),
-        CatalogueEntry("attention (materialised)", f"seq ({ATTENTION_HEADS} heads, d={HEAD_DIM})",
-                       lambda s, dt: attention_materialised(ATTENTION_HEADS, s, HEAD_DIM, dt),
-                       (6, 15), 12),
-        CatalogueEntry("attention (tiled)", f"seq ({ATTENTION_HEADS} heads, d={HEAD_DIM})",
-                       lambda s, dt: attention_tiled(ATTENTION_HEADS, s, HEAD_DIM, dt),
-                       (6, 15), 12),
-    )
-}
-
-
-def work_for(op: str, size: int, dtype="bf16") -> Work:
-    """``CATALOGUE[op]`` at ``size``: e.g. ``work_for("matmul", 4096, "bf16")``."""
-    if op not in CATALOGUE:
-        raise KeyError(f"no op {op!r}; choose one of {', '.join(CATALOGUE)}")
-    return CATALOGUE[op].make(size, dtype)
 
 
 def table(works) -> str:

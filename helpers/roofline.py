@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hardware import GPUSpec, dtype_key
+from .dtypes import dtype_key
+from .hardware import GPUSpec
+from .plots import add_source
 
 # A kernel launch plus the time for the GPU to start and retire its first wave of
 # blocks is a few microseconds on current GPUs; lessons measure it (helpers.experiments).
@@ -96,7 +98,5 @@ def plot(gpu: GPUSpec, dtypes=("fp32", "bf16"), points=(), ax=None, title: str |
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="lower right")
     if source:
-        from .plots import add_source
-
         add_source(ax, source)
     return ax

@@ -22,10 +22,6 @@ def test_zero_time_is_refused():
         bench.gbps(1e9, 0)
 
 
-def test_intensity():
-    assert bench.intensity(1e9, 6e9) == pytest.approx(1 / 6)
-
-
 def comparison():
     rows = [Measurement("torch", 2.0, nbytes=6e9), Measurement("triton", 1.6, nbytes=6e9)]
     return Comparison("vector add", rows, baseline="torch", peak_gbps=3350, source="recorded")

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import helpers
-from helpers.kernels.first_kernel import bytes_moved, flops, scale_shift, scale_shift_reference
+from helpers import intensity
+from helpers.kernels.first_kernel import scale_shift, scale_shift_reference
 
 TOLERANCES = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 
@@ -53,5 +54,5 @@ def test_wrong_device_is_explained():
 
 
 def test_napkin_math():
-    assert bytes_moved(1000, torch.float16) == 4000
-    assert flops(1000) == 2000
+    assert intensity.scale_shift(1000, torch.float16).nbytes == 4000
+    assert intensity.scale_shift(1000, torch.float16).flops == 2000

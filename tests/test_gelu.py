@@ -5,15 +5,16 @@ import pytest
 import torch
 
 import helpers
-from helpers.experiments.fusion import trace
+from helpers import intensity
 from helpers.kernels import gelu as gk
+from helpers.launches import trace
+from support import assert_close
 
 # Very negative inputs overflow exp(-2u) to inf on purpose (GELU is then -0); in CPU mode
 # numpy, which runs the interpreted kernel, warns about it.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 
 DEV = helpers.device()
-needs_gpu = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (compiled kernels)")
 DTYPES = list(gk.TOLERANCES)
 
 # (M, N): a single element; odd widths (the bias index wraps mid-block); a power of two;
@@ -26,15 +27,9 @@ def _randn(shape, dtype, seed, scale=2.0):
     return (scale * torch.randn(shape, generator=g)).to(dtype).to(DEV)
 
 
-def assert_close(got, want, dtype, what):
-    atol, rtol = gk.TOLERANCES[dtype]
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{what}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}")
-    err = (got.float() - want.float()).abs()
-    bad = err > atol + rtol * want.float().abs()
-    assert not bad.any(), (
-        f"{what}: {int(bad.sum())} of {want.numel()} elements off, the worst by "
-        f"{err.max().item():.3g}. Wrong columns only: the bias index; the tail only: the mask.")
+def _close(got, want, dtype, what):
+    assert_close(got, want, *gk.TOLERANCES[dtype], what,
+                 "Wrong columns only: the bias index; the tail only: the mask.")
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -42,7 +37,7 @@ def assert_close(got, want, dtype, what):
 @pytest.mark.parametrize("fn", [gk.bias_gelu, gk.bias_gelu_v2], ids=["v1", "v2"])
 def test_bias_gelu_matches_reference(fn, shape, dtype):
     x, bias = _randn(shape, dtype, 0), _randn(shape[-1:], dtype, 1)
-    assert_close(fn(x, bias), gk.bias_gelu_reference(x, bias), dtype, f"{fn.__name__} {shape}")
+    _close(fn(x, bias), gk.bias_gelu_reference(x, bias), dtype, f"{fn.__name__} {shape}")
 
 
 @pytest.mark.parametrize("block_size,num_warps", [(128, 1), (1024, 4), (8192, 8)])
@@ -50,14 +45,14 @@ def test_bias_gelu_other_launch_configs(block_size, num_warps):
     x, bias = _randn((6, 1500), torch.float32, 2), _randn((1500,), torch.float32, 3)
     want = gk.bias_gelu_reference(x, bias)
     for fn in (gk.bias_gelu, gk.bias_gelu_v2):
-        assert_close(fn(x, bias, block_size, num_warps), want, torch.float32,
+        _close(fn(x, bias, block_size, num_warps), want, torch.float32,
                      f"{fn.__name__} block {block_size}")
 
 
 def test_bias_gelu_on_three_dimensional_activations():
     x, bias = _randn((2, 3, 40), torch.float16, 4), _randn((40,), torch.float16, 5)
     for fn in (gk.bias_gelu, gk.bias_gelu_v2):
-        assert_close(fn(x, bias), gk.bias_gelu_reference(x, bias), torch.float16, "2x3x40")
+        _close(fn(x, bias), gk.bias_gelu_reference(x, bias), torch.float16, "2x3x40")
 
 
 def test_gelu_tails_are_exact_enough():
@@ -73,7 +68,7 @@ def test_gelu_tails_are_exact_enough():
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_swiglu_matches_reference(shape, dtype):
     gate, up = _randn(shape, dtype, 6), _randn(shape, dtype, 7, scale=1.0)
-    assert_close(gk.swiglu(gate, up), gk.swiglu_reference(gate, up), dtype, f"swiglu {shape}")
+    _close(gk.swiglu(gate, up), gk.swiglu_reference(gate, up), dtype, f"swiglu {shape}")
 
 
 def test_eager_versions_compute_the_same_functions():
@@ -102,28 +97,29 @@ def test_napkin_math_matches_the_trace():
     x, bias = torch.randn(m, n, dtype=torch.bfloat16), torch.randn(n, dtype=torch.bfloat16)
     traced = trace(gk.bias_gelu_eager, x, bias)
     assert [k.op for k in traced] == ["aten.add", "aten.gelu"]
-    assert traced.bytes == gk.bytes_moved("bias_gelu_eager", m, n, torch.bfloat16)
+    assert traced.bytes == intensity.bias_gelu(m, n, torch.bfloat16, "unfused").nbytes
     traced = trace(gk.swiglu_eager, x, x)
     assert [k.op for k in traced] == ["aten.silu", "aten.mul"]
-    assert traced.bytes == gk.bytes_moved("swiglu_eager", m, n, torch.bfloat16)
+    assert traced.bytes == intensity.swiglu(m, n, torch.bfloat16, "unfused").nbytes
     # Fusion halves bias + GELU's traffic and cuts SwiGLU's from 5MN to 3MN.
-    big = dict(m=4096, n=16384, dtype=torch.bfloat16)
-    ratio = gk.bytes_moved("bias_gelu_eager", **big) / gk.bytes_moved("bias_gelu_fused", **big)
+    big = (4096, 16384, torch.bfloat16)
+    ratio = (intensity.bias_gelu(*big, "unfused").nbytes
+             / intensity.bias_gelu(*big, "fused").nbytes)
     assert 1.99 < ratio < 2
-    assert gk.bytes_moved("swiglu_eager", **big) * 3 == gk.bytes_moved("swiglu_fused", **big) * 5
-    assert gk.flops("bias_gelu", m, n) == 9 * m * n
+    assert (intensity.swiglu(*big, "unfused").nbytes * 3
+            == intensity.swiglu(*big, "fused").nbytes * 5)
+    assert intensity.bias_gelu(m, n).flops == 9 * m * n
     with pytest.raises(ValueError):
-        gk.bytes_moved("gelu", m, n, torch.bfloat16)
+        intensity.bias_gelu(m, n, torch.bfloat16, "gelu")
 
 
-@needs_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(4096, 16384), (4097, 1000), (33, 4100)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_compiled_kernels_on_large_shapes(shape, dtype):
     x, bias = _randn(shape, dtype, 10), _randn(shape[-1:], dtype, 11)
     want = gk.bias_gelu_reference(x, bias)
-    assert_close(gk.bias_gelu(x, bias), want, dtype, f"bias_gelu {shape} compiled")
-    assert_close(gk.bias_gelu_v2(x, bias), want, dtype, f"bias_gelu_v2 {shape} compiled")
+    _close(gk.bias_gelu(x, bias), want, dtype, f"bias_gelu {shape} compiled")
+    _close(gk.bias_gelu_v2(x, bias), want, dtype, f"bias_gelu_v2 {shape} compiled")
     up = _randn(shape, dtype, 12, scale=1.0)
-    assert_close(gk.swiglu(x, up), gk.swiglu_reference(x, up), dtype, f"swiglu {shape} compiled")
+    _close(gk.swiglu(x, up), gk.swiglu_reference(x, up), dtype, f"swiglu {shape} compiled")

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from helpers import hardware, intensity, roofline
+from helpers import hardware, intensity, prediction, roofline
 
 H100 = hardware.GPUS["H100-SXM"]
 
@@ -79,23 +79,23 @@ def test_predict_memory_compute_latency():
     # 3.35 GB at 3350 GB/s is exactly 1 ms.
     w = intensity.Work("made-up stream", "-", "fp32", flops=1, nbytes=3_350_000_000,
                        peak_dtype="fp32", counting="test")
-    p = intensity.predict(w, H100)
+    p = prediction.predict(w, H100)
     assert p.memory_ms == pytest.approx(1.0) and p.bound == "memory"
     assert p.time_ms == pytest.approx(1.0)
-    assert intensity.predict(w, H100, launch_us=5).time_ms == pytest.approx(1.005)
-    big = intensity.predict(intensity.matmul(8192, 8192, 8192, "bf16"), H100)
+    assert prediction.predict(w, H100, launch_us=5).time_ms == pytest.approx(1.005)
+    big = prediction.predict(intensity.matmul(8192, 8192, 8192, "bf16"), H100)
     assert big.bound == "compute"
     assert big.compute_ms == pytest.approx(2 * 8192**3 / 989.4e12 * 1e3)
-    tiny = intensity.predict(intensity.matmul(64, 64, 64, "bf16"), H100, launch_us=5)
+    tiny = prediction.predict(intensity.matmul(64, 64, 64, "bf16"), H100, launch_us=5)
     assert tiny.bound == "latency" and tiny.time_ms == pytest.approx(0.005, rel=0.01)
 
 
-@pytest.mark.parametrize("op", list(intensity.CATALOGUE))
+@pytest.mark.parametrize("op", list(prediction.CATALOGUE))
 def test_predict_agrees_with_roofline_without_launch(op):
-    entry = intensity.CATALOGUE[op]
+    entry = prediction.CATALOGUE[op]
     for log2 in entry.log2_range:
-        w = intensity.work_for(op, 2**log2, "bf16")
-        p = intensity.predict(w, H100)
+        w = prediction.work_for(op, 2**log2, "bf16")
+        p = prediction.predict(w, H100)
         assert p.bound == roofline.bound(w.intensity, H100, w.peak_dtype)
         assert p.time_ms == pytest.approx(
             roofline.predicted_time_ms(w.flops, w.nbytes, H100, w.peak_dtype))
@@ -122,11 +122,11 @@ def test_other_bad_inputs():
     with pytest.raises(ValueError, match="intensity is undefined"):
         _ = intensity.Work("x", "-", "fp32", 0, 0, "fp32", "").intensity
     with pytest.raises(KeyError, match="choose one of"):
-        intensity.work_for("convolution", 8)
+        prediction.work_for("convolution", 8)
     with pytest.raises(ValueError, match="launch_us"):
-        intensity.predict(intensity.vector_add(4), H100, launch_us=-1)
+        prediction.predict(intensity.vector_add(4), H100, launch_us=-1)
     with pytest.raises(ValueError, match="no fp8 peak|tensor cores do not support"):
-        intensity.predict(intensity.matmul(4, 4, 4, "fp8"), hardware.GPUS["A100-80GB"])
+        prediction.predict(intensity.matmul(4, 4, 4, "fp8"), hardware.GPUS["A100-80GB"])
 
 
 def test_element_bytes():
@@ -136,3 +136,19 @@ def test_element_bytes():
 
     assert intensity.element_bytes(torch.bfloat16) == 2
     assert math.isclose(intensity.vector_add(3, torch.float16).intensity, 1 / 6)
+
+
+def test_work_intensity_is_flops_per_byte():
+    # What bench.intensity(1e9, 6e9) used to compute: one home for the ratio now.
+    assert intensity.Work("x", "-", "fp32", 10**9, 6 * 10**9, "fp32", "").intensity == \
+        pytest.approx(1 / 6)
+
+
+def test_every_version_has_the_same_flops():
+    for op, versions in ((intensity.softmax, intensity.SOFTMAX_VERSIONS),
+                         (intensity.bias_gelu, intensity.ELEMENTWISE_VERSIONS),
+                         (intensity.swiglu, intensity.ELEMENTWISE_VERSIONS),
+                         (intensity.residual_rmsnorm, intensity.RMSNORM_VERSIONS)):
+        works = [op(64, 128, "bf16", version=v) for v in versions]
+        assert len({w.flops for w in works}) == 1, op.__name__
+        assert min(w.nbytes for w in works) == op(64, 128, "bf16").nbytes, "fused moves least"

@@ -18,8 +18,8 @@ import triton.language as tl
 from helpers import intensity
 from helpers.kernels import matmul as mm
 from helpers.runtime import InterpreterLimitationError
+from support import assert_close
 
-gpu_only = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU")
 
 # (dtype, atol, rtol) for randn inputs and K up to a few hundred (|C| ~ sqrt(K) ~ 10).
 # fp16 and bf16: the kernels and the reference both round an fp32 sum once, so they may
@@ -57,20 +57,9 @@ def _run(version, a, b):
 
 
 def _assert_close(got, want, what):
-    atol, rtol = TOLERANCES[want.dtype]
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, want {want.dtype}"
-    err = (got.float() - want.float()).abs()
-    bad = ~torch.isclose(got.float(), want.float(), atol=atol, rtol=rtol)
-    if bad.any():
-        i, j = (int(x) for x in bad.nonzero()[0])
-        M, N = want.shape
-        raise AssertionError(
-            f"{what}: {int(bad.sum())} of {want.numel()} elements wrong, max error "
-            f"{err.max().item():.3g}; first at C[{i}, {j}] (got {got[i, j].item():.4g}, want "
-            f"{want[i, j].item():.4g}). Wrong only in the last rows or columns points at the "
-            f"M/N masks; wrong everywhere by a little, at the K tail (K mask) or the "
-            f"accumulator's dtype.")
+    assert_close(got, want, *TOLERANCES[want.dtype], what,
+                 "Wrong only in the last rows or columns points at the M/N masks; wrong "
+                 "everywhere by a little, at the K tail (K mask) or the accumulator's dtype.")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -160,7 +149,7 @@ def test_ieee_precision_is_true_fp32():
     assert err < 1e-3, f"precision='ieee' should multiply in full fp32, max error {err:.3g}"
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_tf32_is_coarser_than_ieee_on_a_gpu():
     a, b = _inputs(256, 256, 1024, torch.float32, seed=6)
     exact = a.double() @ b.double()
@@ -225,24 +214,26 @@ def test_flops_and_bytes_agree_with_the_course_napkin_math():
     for M, N, K in [(4096, 4096, 4096), (100, 300, 70)]:
         for dtype, key in [(torch.float16, "fp16"), (torch.float32, "fp32")]:
             work = intensity.matmul(M, N, K, key)
-            assert mm.flops(M, N, K) == work.flops
-            assert mm.bytes_moved(M, N, K, dtype) == work.nbytes
+            assert intensity.matmul(M, N, K, dtype) == work   # torch dtypes and keys alike
+            s = 2 if key == "fp16" else 4
+            assert work.flops == 2 * M * N * K
+            assert work.nbytes == (M * K + K * N + M * N) * s
             tiled = intensity.matmul(M, N, K, key, block_m=128, block_n=64)
-            assert mm.bytes_moved(M, N, K, dtype, 128, 64) == tiled.nbytes
+            assert tiled.nbytes == (M * K * -(-N // 64) + K * N * -(-M // 128) + M * N) * s
 
 
 def test_tile_intensity_and_sram():
     # A square B x B tile: B x B x BLOCK_K multiply-adds for 2 x B x BLOCK_K loaded values,
     # B/2 multiply-adds (B FLOPs) per value: B/2 FLOP/byte in fp16, B/4 in fp32.
     for side in (16, 64, 128):
-        assert mm.tile_intensity(side, side, 32, torch.float16) == pytest.approx(side / 2)
-        assert mm.tile_intensity(side, side, 128, torch.float32) == pytest.approx(side / 4)
+        assert intensity.tile_intensity(side, side, 32, torch.float16) == pytest.approx(side / 2)
+        assert intensity.tile_intensity(side, side, 128, torch.float32) == pytest.approx(side / 4)
     # 128 x 256 x 64 fp16, 3 stages: 3 x (128 x 64 + 64 x 256) x 2 bytes = 144 KiB.
-    assert mm.sram_bytes(128, 256, 64, torch.float16, 3) == 144 * 1024
-    assert mm.accumulator_bytes(128, 256) == 128 * 1024
+    assert intensity.sram_bytes(128, 256, 64, torch.float16, 3) == 144 * 1024
+    assert intensity.accumulator_bytes(128, 256) == 128 * 1024
     # The naive kernel's intensity: one multiply-add (2 FLOPs) per loaded fp16 value of B.
-    assert mm.tile_intensity(1, 64, 32, torch.float16) == pytest.approx(2 * 64 / (65 * 2))
-    assert mm.bytes_moved(64, 64, 64, torch.float16, 1, 1) == (2 * 64**3 + 64**2) * 2
+    assert intensity.tile_intensity(1, 64, 32, torch.float16) == pytest.approx(2 * 64 / (65 * 2))
+    assert intensity.matmul(64, 64, 64, torch.float16, 1, 1).nbytes == (2 * 64**3 + 64**2) * 2
 
 
 # --------------------------------------------------------------------------------------
@@ -303,7 +294,7 @@ def test_best_version():
 # --------------------------------------------------------------------------------------
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", GPU_DTYPES, ids=str)
 @pytest.mark.parametrize("version", ["v1", "v2", "v3", "v4", "v5"])
 @pytest.mark.parametrize("shape", [(1023, 517, 999), (2048, 1536, 4096)],
@@ -326,7 +317,7 @@ def test_gpu_versions_large(version, shape, dtype):
         f"{(got.float() - want.float()).abs().max().item():.3g}"
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_gpu_transposed_layouts_through_v4():
     a, b = _inputs(2048, 1536, 1024, torch.float16, seed=8)
     for x, y in [(a, b), (a.t().contiguous().t(), b), (a, b.t().contiguous().t())]:

@@ -11,9 +11,9 @@ import torch
 import helpers
 from helpers import intensity, records
 from helpers.kernels import memory_wall as mw
+from support import assert_close
 
 DEV = helpers.device()
-needs_gpu = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (compiled kernels)")
 
 # (dtype, atol, rtol): the kernels compute in fp32 and round once to the storage type,
 # so they may differ from the reference by one unit in the last place of that type.
@@ -28,16 +28,8 @@ SIZES = [1, 1000, 1024, mw.BLOCK_SIZE + 1, 3 * mw.BLOCK_SIZE + 5]
 
 
 def _close(got, want, atol, rtol, what):
-    assert got.shape == want.shape, (f"{what}: shape {tuple(got.shape)}, "
-                                     f"expected {tuple(want.shape)}")
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
-    err = (got.float() - want.float()).abs()
-    bound = atol + rtol * want.float().abs()
-    bad = (err > bound).nonzero()
-    assert bad.numel() == 0, (
-        f"{what}: {bad.shape[0]} of {want.numel()} elements off; the worst is "
-        f"{err.max().item():.3g} (allowed {atol} + {rtol} x |reference|). "
-        "Check the mask of the last block and the fp32 arithmetic.")
+    assert_close(got, want, atol, rtol, what,
+                 "Check the mask of the last block and the fp32 arithmetic.")
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -174,35 +166,32 @@ def test_rejects_mismatched_bias_and_out():
 
 
 def test_bytes_moved_by_hand():
-    assert mw.bytes_moved("copy", (1000,), torch.float16) == 4000          # read 2 kB, write 2 kB
-    assert mw.bytes_moved("gelu", (10, 10), torch.float32) == 800
-    assert mw.bytes_moved("row_sum", (3, 5), torch.float32) == 3 * 5 * 4 + 3 * 4
-    assert mw.bytes_moved("bias_gelu_fused", (2, 5), torch.float32) == 2 * 10 * 4 + 5 * 4
-    assert mw.bytes_moved("bias_gelu_unfused", (2, 5), torch.float32) == 4 * 10 * 4 + 5 * 4
-    assert mw.flops("copy", (7,)) == 0
-    assert mw.flops("gelu", (7,)) == 7 * mw.GELU_FLOPS
-    assert mw.flops("bias_gelu_fused", (2, 5)) == mw.flops("bias_gelu_unfused", (2, 5))
+    assert intensity.copy(1000, torch.float16).nbytes == 4000          # read 2 kB, write 2 kB
+    assert intensity.gelu(100, torch.float32).nbytes == 800
+    assert intensity.row_sum(3, 5, torch.float32).nbytes == 3 * 5 * 4 + 3 * 4
+    assert intensity.bias_gelu(2, 5, torch.float32).nbytes == 2 * 10 * 4 + 5 * 4
+    assert intensity.bias_gelu(2, 5, torch.float32, "unfused").nbytes == 4 * 10 * 4 + 5 * 4
+    assert intensity.copy(7).flops == 0
+    assert intensity.gelu(7).flops == 7 * intensity.GELU_FLOPS_PER_ELEMENT
+    assert intensity.bias_gelu(2, 5).flops == intensity.bias_gelu(2, 5, version="unfused").flops
 
 
 def test_fusion_saves_one_round_trip():
     shape = (1024, 512)
-    saved = (mw.bytes_moved("bias_gelu_unfused", shape, torch.float16)
-             - mw.bytes_moved("bias_gelu_fused", shape, torch.float16))
+    saved = (intensity.bias_gelu(*shape, torch.float16, "unfused").nbytes
+             - intensity.bias_gelu(*shape, torch.float16, "fused").nbytes)
     assert saved == 2 * 1024 * 512 * 2, "fusing saves exactly the write and re-read of x + bias"
 
 
-def test_napkin_math_agrees_with_helpers_intensity():
-    assert mw.bytes_moved("copy", (999,), torch.bfloat16) == intensity.copy(999, "bf16").nbytes
+def test_napkin_math_takes_torch_dtypes_and_keys_alike():
+    assert intensity.copy(999, torch.bfloat16).nbytes == intensity.copy(999, "bf16").nbytes
     work = intensity.row_sum(31, 77, "fp32")
-    assert mw.bytes_moved("row_sum", (31, 77), torch.float32) == work.nbytes
-    assert mw.flops("row_sum", (31, 77)) == work.flops
+    assert intensity.row_sum(31, 77, torch.float32) == work
 
 
-def test_unknown_op():
-    with pytest.raises(ValueError, match="unknown op"):
-        mw.bytes_moved("transpose", (4,), torch.float32)
-    with pytest.raises(ValueError, match="unknown op"):
-        mw.flops("transpose", (4,))
+def test_unknown_version():
+    with pytest.raises(ValueError, match="unknown version"):
+        intensity.bias_gelu(4, 4, torch.float32, "transposed")
 
 
 # -- the committed record the notebook shows in CPU mode ------------------------------------
@@ -234,7 +223,6 @@ def test_recorded_copy_reaches_85_percent_of_peak():
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("dtype,atol,rtol", TOLERANCES)
 def test_all_kernels_compiled_large(dtype, atol, rtol):
     n = 2**24 + 3
@@ -262,7 +250,7 @@ def test_fma_chain_matches_reference(iters, n):
 
 
 def test_fma_chain_napkin_math_and_errors():
-    assert mw.flops("fma_chain", (10,), iters=3) == 60
-    assert mw.bytes_moved("fma_chain", (10,), torch.float16) == 40
+    assert intensity.fma_chain(10, 3).flops == 60
+    assert intensity.fma_chain(10, 3, torch.float16).nbytes == 40
     with pytest.raises(ValueError, match="iters"):
         mw.fma_chain(torch.randn(4, device=DEV), -1)

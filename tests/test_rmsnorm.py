@@ -5,11 +5,12 @@ import pytest
 import torch
 
 import helpers
-from helpers.experiments.fusion import trace
+from helpers import intensity
 from helpers.kernels import rmsnorm as rk
+from helpers.launches import trace
+from support import assert_close
 
 DEV = helpers.device()
-needs_gpu = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (compiled kernels)")
 DTYPES = list(rk.TOLERANCES)
 SHAPES = [(1, 1), (3, 7), (5, 1000), (4, 1024), (2, 4097)]
 
@@ -21,16 +22,10 @@ def _inputs(shape, dtype, seed=0):
     return tuple(t.to(dtype).to(DEV) for t in (2 * x, r, w))
 
 
-def assert_close(got, want, dtype, what):
-    atol, rtol = rk.TOLERANCES[dtype]
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{what}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}")
-    err = (got.float() - want.float()).abs()
-    bad = err > atol + rtol * want.float().abs()
-    assert not bad.any(), (
-        f"{what}: {int(bad.sum())} of {want.numel()} elements off, the worst by "
-        f"{err.max().item():.3g}. Whole rows off: the mean must divide by N, not BLOCK_SIZE, "
-        "and masked lanes must load 0.")
+def _close(got, want, dtype, what):
+    assert_close(got, want, *rk.TOLERANCES[dtype], what,
+                 "Whole rows off: the mean must divide by N, not BLOCK_SIZE, and masked lanes "
+                 "must load 0.")
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -39,8 +34,8 @@ def test_fused_matches_reference(shape, dtype):
     x, r, w = _inputs(shape, dtype)
     h, y = rk.residual_rmsnorm(x, r, w)
     h_ref, y_ref = rk.residual_rmsnorm_reference(x, r, w)
-    assert_close(h, h_ref, dtype, f"h {shape}")
-    assert_close(y, y_ref, dtype, f"y {shape}")
+    _close(h, h_ref, dtype, f"h {shape}")
+    _close(y, y_ref, dtype, f"y {shape}")
 
 
 def test_h_is_exact_where_rounding_is_exact():
@@ -56,7 +51,7 @@ def test_h_is_exact_where_rounding_is_exact():
 def test_launch_configurations(num_warps):
     x, r, w = _inputs((3, 2000), torch.float32, seed=2)
     h, y = rk.residual_rmsnorm(x, r, w, num_warps=num_warps)
-    assert_close(y, rk.residual_rmsnorm_reference(x, r, w)[1], torch.float32, f"{num_warps} warps")
+    _close(y, rk.residual_rmsnorm_reference(x, r, w)[1], torch.float32, f"{num_warps} warps")
 
 
 def test_eps_and_scale():
@@ -108,24 +103,23 @@ def test_eager_napkin_math_matches_the_trace(dtype, kernels):
     m, n = 6, 8
     x, r, w = _inputs((m, n), dtype, seed=5)
     traced = trace(rk.residual_rmsnorm_eager, x.cpu(), r.cpu(), w.cpu())
-    assert len(traced) == kernels == len(rk.eager_kernels(m, n, dtype)), traced
-    assert [k.read for k in traced] == [k[1] for k in rk.eager_kernels(m, n, dtype)]
-    assert [k.written for k in traced] == [k[2] for k in rk.eager_kernels(m, n, dtype)]
-    assert traced.bytes == rk.bytes_moved("eager", m, n, dtype)
+    assert len(traced) == kernels == len(intensity.residual_rmsnorm_eager_kernels(m, n, dtype)), traced
+    assert [k.read for k in traced] == [k[1] for k in intensity.residual_rmsnorm_eager_kernels(m, n, dtype)]
+    assert [k.written for k in traced] == [k[2] for k in intensity.residual_rmsnorm_eager_kernels(m, n, dtype)]
+    assert traced.bytes == intensity.residual_rmsnorm(m, n, dtype, "eager").nbytes
 
 
 def test_fused_bytes_and_predicted_speedups():
     m, n, bf16 = 4096, 8192, torch.bfloat16
-    assert rk.bytes_moved("fused", m, n, bf16) == 4 * m * n * 2 + n * 2
-    assert rk.bytes_moved("torch", m, n, bf16) == 5 * m * n * 2 + n * 2
+    assert intensity.residual_rmsnorm(m, n, bf16, "fused").nbytes == 4 * m * n * 2 + n * 2
+    assert intensity.residual_rmsnorm(m, n, bf16, "torch").nbytes == 5 * m * n * 2 + n * 2
     # bf16 eager: 42 bytes per element against 8 fused.
-    ratio = rk.bytes_moved("eager", m, n, bf16) / rk.bytes_moved("fused", m, n, bf16)
+    ratio = intensity.residual_rmsnorm(m, n, bf16, "eager").nbytes / intensity.residual_rmsnorm(m, n, bf16, "fused").nbytes
     assert 5.2 < ratio < 5.26
     with pytest.raises(ValueError):
-        rk.bytes_moved("unfused", m, n, bf16)
+        intensity.residual_rmsnorm(m, n, bf16, "unfused").nbytes
 
 
-@needs_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(4096, 8192), (4097, 1000), (7, 65536), (3, 12289)])
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -133,11 +127,10 @@ def test_compiled_kernel_on_large_shapes(shape, dtype):
     x, r, w = _inputs(shape, dtype, seed=6)
     h, y = rk.residual_rmsnorm(x, r, w)
     h_ref, y_ref = rk.residual_rmsnorm_reference(x, r, w)
-    assert_close(h, h_ref, dtype, f"h {shape} compiled")
-    assert_close(y, y_ref, dtype, f"y {shape} compiled")
+    _close(h, h_ref, dtype, f"h {shape} compiled")
+    _close(y, y_ref, dtype, f"y {shape} compiled")
 
 
-@needs_gpu
 @pytest.mark.gpu
 def test_torch_rms_norm_is_one_fused_kernel_on_the_gpu():
     x, r, w = _inputs((64, 512), torch.bfloat16, seed=7)

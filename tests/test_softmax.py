@@ -10,11 +10,11 @@ import torch
 
 import helpers
 from helpers import intensity
-from helpers.experiments.fusion import trace
 from helpers.kernels import softmax as sk
+from helpers.launches import trace
+from support import assert_close
 
 DEV = helpers.device()
-needs_gpu = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (compiled kernels)")
 DTYPES = list(sk.TOLERANCES)
 
 # (M, N): one element; a few odd lengths; a power of two; just past a power of two (the
@@ -27,24 +27,19 @@ def _inputs(shape, dtype, seed=0, scale=3.0):
     return (scale * torch.randn(shape, generator=g)).to(dtype).to(DEV)
 
 
-def assert_close(got, want, dtype, what):
-    atol, rtol = sk.TOLERANCES[dtype]
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, not {tuple(want.shape)}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
-    err = (got.float() - want.float()).abs()
-    bad = err > atol + rtol * want.float().abs()
-    assert not bad.any(), (
-        f"{what}: {int(bad.sum())} of {want.numel()} elements off, the worst by "
-        f"{err.max().item():.3g} (allowed {atol:g} + {rtol:.3g} x |reference|). A whole row "
-        "off means the max or the sum included masked lanes (load them as -inf); only the "
-        "last elements off means the mask or the block size is wrong.")
+HINT = ("A whole row off means the max or the sum included masked lanes (load them as "
+        "-inf); only the last elements off means the mask or the block size is wrong.")
+
+
+def _close(got, want, dtype, what):
+    assert_close(got, want, *sk.TOLERANCES[dtype], what, HINT)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_row_in_registers_matches_reference(shape, dtype):
     x = _inputs(shape, dtype)
-    assert_close(sk.softmax_v1(x), sk.softmax_reference(x), dtype, f"softmax_v1 {shape}")
+    _close(sk.softmax_v1(x), sk.softmax_reference(x), dtype, f"softmax_v1 {shape}")
 
 
 @pytest.mark.parametrize("shape", SHAPES + [(3, 700)])
@@ -52,7 +47,7 @@ def test_row_in_registers_matches_reference(shape, dtype):
 def test_online_matches_reference_across_blocks(shape, dtype):
     # A block of 128 makes every row but the shortest span several blocks, the last ragged.
     x = _inputs(shape, dtype, seed=1)
-    assert_close(sk.softmax_online(x, block_size=128), sk.softmax_reference(x), dtype,
+    _close(sk.softmax_online(x, block_size=128), sk.softmax_reference(x), dtype,
                  f"softmax_online {shape}, block 128")
 
 
@@ -110,7 +105,7 @@ def test_softmax_dispatches_on_row_length(monkeypatch):
 
 def test_higher_dimensional_input_is_softmaxed_over_the_last_dimension():
     x = _inputs((2, 3, 50), torch.float16, seed=3)
-    assert_close(sk.softmax(x), sk.softmax_reference(x), torch.float16, "softmax 2x3x50")
+    _close(sk.softmax(x), sk.softmax_reference(x), torch.float16, "softmax 2x3x50")
 
 
 @pytest.mark.parametrize("bad,error", [
@@ -133,35 +128,34 @@ def test_launcher_rejects_bad_launch_parameters():
 
 def test_napkin_math_matches_the_triton_tutorial_and_the_trace():
     m, n = 6, 10
-    assert sk.elements_moved("naive", m, n) == (5 * m * n + 2 * m, 3 * m * n + 2 * m)
+    # read 5MN + 2M, write 3MN + 2M elements: 8MN + 4M, at 1 byte each in fp8
+    assert intensity.softmax(m, n, "fp8", "naive").nbytes == 8 * m * n + 4 * m
     x = torch.randn(m, n, dtype=torch.float16)
     traced = trace(sk.naive_softmax, x)
     assert len(traced) == 5, f"naive softmax should be 5 kernels, traced {traced}"
-    assert traced.bytes == sk.bytes_moved("naive", m, n, torch.float16)
+    assert traced.bytes == intensity.softmax(m, n, torch.float16, "naive").nbytes
     # The fused count is the course's compulsory traffic for a softmax.
-    assert sk.bytes_moved("fused", m, n, torch.float16) == intensity.softmax(m, n, "fp16").nbytes
-    assert sk.flops(m, n) == intensity.softmax(m, n, "fp16").flops
+    assert intensity.softmax(m, n, torch.float16).nbytes == 2 * m * n * 2
+    assert intensity.softmax(m, n, "fp16", "online").flops == intensity.softmax(m, n, "fp16").flops
     # Fusion's predicted gain for a large matrix approaches (8MN + 4M) / 2MN = 4.
-    ratio = sk.bytes_moved("naive", 4096, 4096, torch.float16) / sk.bytes_moved(
-        "fused", 4096, 4096, torch.float16)
+    ratio = (intensity.softmax(4096, 4096, torch.float16, "naive").nbytes
+             / intensity.softmax(4096, 4096, torch.float16, "fused").nbytes)
     assert 4.0 < ratio < 4.01
     with pytest.raises(ValueError, match="unknown version"):
-        sk.bytes_moved("fast", m, n, torch.float16)
+        intensity.softmax(m, n, torch.float16, "fast")
 
 
-@needs_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [1000, 4097, 16384, 32768])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_compiled_kernels_on_large_shapes(n, dtype):
     x = _inputs((4096, n), dtype, seed=n)
     want = sk.softmax_reference(x)
-    assert_close(sk.softmax_v1(x), want, dtype, f"softmax_v1 4096x{n} compiled")
-    assert_close(sk.softmax_online(x), want, dtype, f"softmax_online 4096x{n} compiled")
+    _close(sk.softmax_v1(x), want, dtype, f"softmax_v1 4096x{n} compiled")
+    _close(sk.softmax_online(x), want, dtype, f"softmax_online 4096x{n} compiled")
 
 
-@needs_gpu
 @pytest.mark.gpu
 def test_online_kernel_on_rows_longer_than_any_block():
     x = _inputs((8, 2**20 + 3), torch.bfloat16, seed=9)
-    assert_close(sk.softmax(x), sk.softmax_reference(x), torch.bfloat16, "softmax 8x(2^20+3)")
+    _close(sk.softmax(x), sk.softmax_reference(x), torch.bfloat16, "softmax 8x(2^20+3)")

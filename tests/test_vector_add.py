@@ -8,10 +8,9 @@ import pytest
 import torch
 
 import helpers
-from helpers import hardware
+from helpers import hardware, intensity
 from helpers.kernels import vector_add as va
 
-gpu_only = pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU")
 
 # (dtype, atol, rtol): one addition rounds once, so the kernel must match torch exactly
 # up to that rounding; an error larger than one ulp means a wrong element, not rounding.
@@ -99,15 +98,16 @@ def test_block_size_must_be_a_power_of_two():
 
 def test_napkin_math_for_a_billion_fp16_elements():
     n = 10**9
-    assert va.flops(n) == 10**9                         # one add per element
-    assert va.bytes_moved(n, torch.float16) == 6 * 10**9  # read A, read B, write C
-    assert va.intensity(n, torch.float16) == pytest.approx(1 / 6)
-    assert va.intensity(n, torch.float32) == pytest.approx(1 / 12)
-    assert va.intensity(n, torch.float16, n_inputs=3) == pytest.approx(2 / 8)
-    assert va.flops(n, fmas_per_element=3) == 7 * n      # 1 add + 3 x (multiply + add)
+    assert intensity.vector_add(n, torch.float16).flops == 10**9        # one add per element
+    assert intensity.vector_add(n, torch.float16).nbytes == 6 * 10**9   # read A, read B, write C
+    assert intensity.vector_add(n, torch.float16).intensity == pytest.approx(1 / 6)
+    assert intensity.vector_add(n, torch.float32).intensity == pytest.approx(1 / 12)
+    assert intensity.vector_add(n, torch.float16, n_inputs=3).intensity == pytest.approx(2 / 8)
+    # 1 add + 3 x (multiply + add)
+    assert intensity.vector_add(n, torch.float16, fmas_per_element=3).flops == 7 * n
     h100 = hardware.GPUS["H100-SXM"]
     # Far left of the ridge point: memory-bound, whatever the dtype's compute roof.
-    assert va.intensity(n, torch.float16) < h100.ridge_point("fp32") / 100
+    assert intensity.vector_add(n, torch.float16).intensity < h100.ridge_point("fp32") / 100
 
 
 # --------------------------------------------------------------------------------------
@@ -115,7 +115,6 @@ def test_napkin_math_for_a_billion_fp16_elements():
 # --------------------------------------------------------------------------------------
 
 
-@gpu_only
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [1, B + 1, 1_000_003, 2**24 + 17])
 def test_compiled_kernel_is_exact(n):
@@ -124,7 +123,6 @@ def test_compiled_kernel_is_exact(n):
         assert torch.equal(va.add(a, b), a + b), f"n={n} {dtype}"
 
 
-@gpu_only
 @pytest.mark.gpu
 def test_bandwidth_at_2_28_is_near_the_datasheet_peak():
     from helpers.experiments.vector_add import time_pair

@@ -20,10 +20,16 @@ checked against its reference before it is timed.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
-from .. import bench, hardware
+import torch
+import triton
+import triton.testing
+
+from .. import bench, hardware, intensity
+from ..dtypes import dtype_key
 from ..kernels import memory_wall as mw
 from . import experiment
 
@@ -39,16 +45,12 @@ FMA_ITERS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def _device_report() -> dict:
-    import torch
-
     props = torch.cuda.get_device_properties(0)
     out = {name: getattr(props, name) for name in (
         "multi_processor_count", "L2_cache_size", "regs_per_multiprocessor",
         "shared_memory_per_multiprocessor", "shared_memory_per_block_optin",
         "max_threads_per_multi_processor", "warp_size", "total_memory") if hasattr(props, name)}
     try:  # Triton's driver also reports the clocks and the memory bus
-        import triton
-
         drv = triton.runtime.driver.active.utils.get_device_properties(torch.cuda.current_device())
         out.update({f"triton_{k}": v for k, v in drv.items() if isinstance(v, (int, float))})
     except Exception as err:  # noqa: BLE001 -- optional detail, never fatal
@@ -57,21 +59,17 @@ def _device_report() -> dict:
 
 
 def _check(got, want, what: str, atol: float = 1e-5, rtol: float = 1e-5) -> None:
-    import torch
-
     if not torch.allclose(got.float(), want.float(), atol=atol, rtol=rtol):
         err = (got.float() - want.float()).abs().max().item()
         raise AssertionError(f"{what} is wrong on the GPU: max error {err:.3g}")
 
 
 def _op_entry(op: str, shape, dtype, comparison: bench.Comparison, peak_dtype: str) -> dict:
-    return {"op": op, "shape": list(shape), "dtype": hardware.dtype_key(dtype),
+    return {"op": op, "shape": list(shape), "dtype": dtype_key(dtype),
             "peak_dtype": peak_dtype, "comparison": comparison.as_dict()}
 
 
 def _measure_ops(x, y, spec) -> list[dict]:
-    import torch
-
     f32 = torch.float32
     n = x.numel()
     ops = []
@@ -80,7 +78,7 @@ def _measure_ops(x, y, spec) -> list[dict]:
     cmp = bench.compare("copy, 1 GiB fp32", {
         "PyTorch (y.copy_(x))": lambda: y.copy_(x),
         "Triton copy_kernel": lambda: mw.copy(x, out=y),
-    }, baseline="PyTorch (y.copy_(x))", nbytes=mw.bytes_moved("copy", (n,), f32),
+    }, baseline="PyTorch (y.copy_(x))", nbytes=intensity.copy(n, f32).nbytes,
         gpu=spec, dtype="fp32")
     ops.append(_op_entry("copy", (n,), f32, cmp, "fp32"))
 
@@ -89,8 +87,8 @@ def _measure_ops(x, y, spec) -> list[dict]:
     cmp = bench.compare("GELU (tanh), 1 GiB fp32", {
         "PyTorch (F.gelu)": lambda: gelu_torch(x, approximate="tanh"),
         "Triton gelu_kernel": lambda: mw.gelu(x, out=y),
-    }, baseline="PyTorch (F.gelu)", nbytes=mw.bytes_moved("gelu", (n,), f32),
-        flops=mw.flops("gelu", (n,)), gpu=spec, dtype="fp32")
+    }, baseline="PyTorch (F.gelu)", nbytes=intensity.gelu(n, f32).nbytes,
+        flops=intensity.gelu(n, f32).flops, gpu=spec, dtype="fp32")
     ops.append(_op_entry("gelu", (n,), f32, cmp, "fp32"))
 
     m = x.view(ROW_SUM_SHAPE)
@@ -98,8 +96,8 @@ def _measure_ops(x, y, spec) -> list[dict]:
     cmp = bench.compare("row sum, 65536 x 4096 fp32", {
         "PyTorch (x.sum(dim=1))": lambda: m.sum(dim=1),
         "Triton row_sum_kernel": lambda: mw.row_sum(m),
-    }, baseline="PyTorch (x.sum(dim=1))", nbytes=mw.bytes_moved("row_sum", ROW_SUM_SHAPE, f32),
-        flops=mw.flops("row_sum", ROW_SUM_SHAPE), gpu=spec, dtype="fp32")
+    }, baseline="PyTorch (x.sum(dim=1))", nbytes=intensity.row_sum(*ROW_SUM_SHAPE, f32).nbytes,
+        flops=intensity.row_sum(*ROW_SUM_SHAPE, f32).flops, gpu=spec, dtype="fp32")
     ops.append(_op_entry("row_sum", ROW_SUM_SHAPE, f32, cmp, "fp32"))
 
     k = MATMUL_N
@@ -116,7 +114,7 @@ def _measure_ops(x, y, spec) -> list[dict]:
 
 def _copy_configs(x, y) -> list[dict]:
     out = []
-    nbytes = mw.bytes_moved("copy", (x.numel(),), x.dtype)
+    nbytes = intensity.copy(x.numel(), x.dtype).nbytes
     for block in COPY_BLOCKS:
         for warps in COPY_WARPS:
             if block // (32 * warps) < 1:
@@ -132,11 +130,11 @@ def _arithmetic_sweep(x, y) -> list[dict]:
     xs, ys = x[:FMA_ELEMENTS], y[:FMA_ELEMENTS]
     _check(mw.fma_chain(xs[:4096], 64), mw.fma_chain_reference(xs[:4096], 64), "fma_chain",
            atol=1e-5, rtol=1e-5)
-    nbytes = mw.bytes_moved("fma_chain", (FMA_ELEMENTS,), x.dtype)
+    nbytes = intensity.fma_chain(FMA_ELEMENTS, 0, x.dtype).nbytes
     rows = []
     for iters in FMA_ITERS:
         ms = bench.time_ms(lambda: mw.fma_chain(xs, iters, out=ys))
-        fl = mw.flops("fma_chain", (FMA_ELEMENTS,), iters)
+        fl = intensity.fma_chain(FMA_ELEMENTS, iters, x.dtype).flops
         rows.append({"iters": iters, "ms": ms, "bytes": nbytes, "flops": fl,
                      "intensity": fl / nbytes, "gbps": bench.gbps(nbytes, ms),
                      "tflops": bench.tflops(fl, ms) if fl else 0.0})
@@ -145,8 +143,6 @@ def _arithmetic_sweep(x, y) -> list[dict]:
 
 def _wall_us_per_call(fn, calls: int = 200) -> float:
     """Host clock around ``calls`` back-to-back calls: what a Python loop really pays."""
-    import torch
-
     fn()
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -157,14 +153,12 @@ def _wall_us_per_call(fn, calls: int = 200) -> float:
 
 
 def _size_sweep(x, y) -> list[dict]:
-    import triton.testing
-
     rows = []
     for log2 in SWEEP_LOG2_ELEMENTS:
         n = 2**log2
         xs, ys = x[:n], y[:n]
         fn = lambda: mw.copy(xs, out=ys)  # noqa: E731
-        nbytes = mw.bytes_moved("copy", (n,), x.dtype)
+        nbytes = intensity.copy(n, x.dtype).nbytes
         cold = bench.time_ms(fn, warmup_ms=10, rep_ms=50)       # L2 flushed before each run
         warm = float(triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median"))
         wall = _wall_us_per_call(fn, calls=200 if n < 2**24 else 20)
@@ -176,10 +170,6 @@ def _size_sweep(x, y) -> list[dict]:
 
 def _read_utilization():
     """GPU utilization in percent, as NVML (and so nvidia-smi) reports it, or None."""
-    import subprocess
-
-    import torch
-
     try:
         return float(torch.cuda.utilization())
     except Exception:  # noqa: BLE001 -- NVML may be missing; fall back to nvidia-smi
@@ -195,8 +185,6 @@ def _read_utilization():
 
 def _utilization(x, y, gelu_ms: float, seconds: float = 3.0) -> dict:
     """Run the GELU kernel back to back for ``seconds`` while sampling utilization."""
-    import torch
-
     samples: list[float | None] = []
     stop = threading.Event()
 
@@ -218,17 +206,15 @@ def _utilization(x, y, gelu_ms: float, seconds: float = 3.0) -> dict:
     stop.set()
     sampler.join()
     n = x.numel()
-    achieved = mw.flops("gelu", (n,)) * launches / elapsed / 1e12
+    achieved = intensity.gelu(n, x.dtype).flops * launches / elapsed / 1e12
     got = [s for s in samples if s is not None]
     return {"kernel": "gelu_kernel on 1 GiB fp32", "launches": launches, "seconds": elapsed,
             "samples_percent": got, "available": bool(got),
             "achieved_tflops": achieved,
-            "achieved_gbps": mw.bytes_moved("gelu", (n,), x.dtype) * launches / elapsed / 1e9}
+            "achieved_gbps": intensity.gelu(n, x.dtype).nbytes * launches / elapsed / 1e9}
 
 
 def _fusion(x, spec) -> dict:
-    import torch
-
     m = x.view(FUSION_SHAPE)
     bias = torch.randn(FUSION_SHAPE[1], device="cuda", dtype=x.dtype)
     tmp, out = torch.empty_like(m), torch.empty_like(m)
@@ -239,15 +225,15 @@ def _fusion(x, spec) -> dict:
     gelu_torch = torch.nn.functional.gelu
     impls = {
         "PyTorch, 2 kernels (x + b, then F.gelu)": (
-            lambda: gelu_torch(m + bias, approximate="tanh"), "bias_gelu_unfused"),
+            lambda: gelu_torch(m + bias, approximate="tanh"), "unfused"),
         "Triton, 2 kernels": (
-            lambda: mw.bias_gelu_unfused(m, bias, tmp=tmp, out=out), "bias_gelu_unfused"),
+            lambda: mw.bias_gelu_unfused(m, bias, tmp=tmp, out=out), "unfused"),
         "Triton, 1 fused kernel": (
-            lambda: mw.bias_gelu_fused(m, bias, out=out), "bias_gelu_fused"),
+            lambda: mw.bias_gelu_fused(m, bias, out=out), "fused"),
     }
-    rows = [bench.Measurement(name, bench.time_ms(fn), mw.bytes_moved(op, FUSION_SHAPE, x.dtype),
-                              mw.flops(op, FUSION_SHAPE))
-            for name, (fn, op) in impls.items()]
+    work = {v: intensity.bias_gelu(*FUSION_SHAPE, x.dtype, version=v) for v in ("unfused", "fused")}
+    rows = [bench.Measurement(name, bench.time_ms(fn), work[v].nbytes, work[v].flops)
+            for name, (fn, v) in impls.items()]
     cmp = bench.Comparison("gelu(x + bias), 16384 x 16384 fp32", rows,
                            baseline="PyTorch, 2 kernels (x + b, then F.gelu)",
                            peak_gbps=spec.hbm_bandwidth_gbs if spec else None,
@@ -257,8 +243,6 @@ def _fusion(x, spec) -> dict:
 
 @experiment("memory_wall")
 def memory_wall() -> dict:
-    import torch
-
     spec = hardware.current_gpu()
     torch.manual_seed(0)
     x = torch.randn(STREAM_ELEMENTS, device="cuda", dtype=torch.float32)

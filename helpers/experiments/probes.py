@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import torch
+
 from .. import hardware
 from . import experiment
 
 
 @experiment("probes")
 def probes() -> dict:
-    import torch
-
     copy = hardware.measure_copy_bandwidth()
     matmuls = [hardware.measure_matmul_tflops(8192, dtype)
                for dtype in (torch.bfloat16, torch.float16)]

@@ -19,7 +19,11 @@ memory slope and an 8192-cubed bf16 matrix product for the flat roof.
 
 from __future__ import annotations
 
-from .. import bench, hardware, intensity, roofline
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .. import bench, hardware, intensity, prediction, roofline
 from . import experiment
 
 STREAM_N = 2**28
@@ -38,14 +42,11 @@ def _point(name: str, work: intensity.Work, ms: float, spec, regime_hint: str) -
         roof = roofline.attainable_tflops(work.intensity, spec, work.peak_dtype)
         point["roof_tflops"] = roof
         point["fraction_of_roof"] = point["tflops"] / roof
-        point["predicted_ms"] = intensity.predict(work, spec).time_ms
+        point["predicted_ms"] = prediction.predict(work, spec).time_ms
     return point
 
 
 def _streaming_points(spec) -> list[dict]:
-    import torch
-    import torch.nn.functional as F
-
     pts = []
     for n, hint in ((STREAM_N, "memory"), (TINY_N, "latency")):
         a, b, c = (torch.randn(n, device="cuda") for _ in range(3))
@@ -68,8 +69,6 @@ def _streaming_points(spec) -> list[dict]:
 
 
 def _matmul_points(spec) -> list[dict]:
-    import torch
-
     pts = []
     for n in MATMUL_SIZES:
         a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -82,10 +81,6 @@ def _matmul_points(spec) -> list[dict]:
 
 
 def _attention_points(spec) -> list[dict]:
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     pts = []
     for seq in ATTENTION_SEQS:
         shape = (1, ATTENTION_HEADS, seq, HEAD_DIM)
@@ -114,8 +109,6 @@ def _attention_points(spec) -> list[dict]:
 
 
 def _measured_roof(matmul_points) -> dict:
-    import torch
-
     x = torch.randn(STREAM_N, device="cuda")
     y = torch.empty_like(x)
     ms = bench.time_ms(lambda: y.copy_(x))
@@ -126,8 +119,6 @@ def _measured_roof(matmul_points) -> dict:
 
 @experiment("roofline")
 def roofline_points() -> dict:
-    import torch
-
     torch.manual_seed(0)
     spec = hardware.current_gpu()
     points = _streaming_points(spec)

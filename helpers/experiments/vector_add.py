@@ -13,19 +13,17 @@ what the hardware may move on top (ECC, refresh, partial cache lines).
 
 from __future__ import annotations
 
-from .. import bench, hardware
+import torch
+
+from .. import bench, hardware, intensity, runtime
+from ..dtypes import torch_dtype
+from ..kernels import vector_add as va
 from . import experiment
 
 SIZES = tuple(2**k for k in range(12, 29, 2))          # 4 Ki ... 256 Mi elements
 BLOCK_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
 DTYPES = ("fp16", "fp32")
 BIG = 2**28
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return {"fp16": torch.float16, "fp32": torch.float32}[name]
 
 
 def time_pair(n: int, dtype: str, block_size: int | None = None, fn=None) -> dict:
@@ -35,11 +33,7 @@ def time_pair(n: int, dtype: str, block_size: int | None = None, fn=None) -> dic
     course's kernel writing into a preallocated ``c`` with ``block_size`` elements per
     program. Each result is checked against ``a + b`` before anything is timed.
     """
-    import torch
-
-    from ..kernels import vector_add as va
-
-    dt = _torch_dtype(dtype)
+    dt = torch_dtype(dtype)
     a = torch.randn(n, device="cuda", dtype=dt)
     b = torch.randn(n, device="cuda", dtype=dt)
     c = torch.empty_like(a)
@@ -57,7 +51,7 @@ def time_pair(n: int, dtype: str, block_size: int | None = None, fn=None) -> dic
             return torch.add(a, b)
     if not torch.equal(fn(a, b), a + b):
         raise AssertionError(f"vector add is wrong at n={n}, {dtype}, block {block}")
-    nbytes = va.bytes_moved(n, dt)
+    nbytes = intensity.vector_add(n, dt).nbytes
     triton_ms = bench.time_ms(lambda: fn(a, b))
     torch_ms = bench.time_ms(lambda: reference(a, b))
     return {"dtype": dtype, "n": n, "block_size": block, "bytes": nbytes,
@@ -67,18 +61,12 @@ def time_pair(n: int, dtype: str, block_size: int | None = None, fn=None) -> dic
 
 def sweep(fn, sizes=SIZES, dtypes=DTYPES) -> list[dict]:
     """``time_pair`` over sizes and dtypes for a launcher ``fn(a, b) -> c`` (GPU mode)."""
-    from .. import runtime
-
     runtime.require_gpu("timing a vector add")
     return [time_pair(n, dt, fn=fn) for dt in dtypes for n in sizes]
 
 
 @experiment("vector_add")
 def vector_add(sizes=SIZES, block_sizes=BLOCK_SIZES, dtypes=DTYPES, big: int = BIG) -> dict:
-    import torch
-
-    from ..kernels import vector_add as va
-
     spec = hardware.current_gpu()
     peak = spec.hbm_bandwidth_gbs if spec else None
 

@@ -2,6 +2,7 @@
 
 A module holds: a pure-PyTorch reference (the spec), the Triton kernels from naive to
 best (``_v1``, ``_v2``, ...), a launcher that checks its inputs, allocates, picks the
-grid and launches, and the napkin math (``bytes_moved``, ``flops``) for the op.
-Kernels import only torch, triton and :mod:`helpers.runtime`.
+grid and launches.
+Kernels import only torch, triton, :mod:`helpers.runtime`, :mod:`helpers.dtypes` and
+:mod:`helpers.kernels.checks`; the napkin math of every op lives in :mod:`helpers.intensity`.
 """

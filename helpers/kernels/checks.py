@@ -37,3 +37,18 @@ def check_same_shape(a, b, names: str) -> None:
     if a.shape != b.shape:
         raise ValueError(f"{names} must have the same shape, got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
+
+
+def check_power_of_two(name: str, value, *, minimum: int = 1,
+                       why: str = "tl.arange needs one") -> None:
+    """Block sizes and warp counts: a power of two of at least ``minimum``, or a clear error."""
+    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            or value & (value - 1)):
+        least = f" of at least {minimum}" if minimum > 1 else ""
+        raise ValueError(f"{name} must be a power of two{least} ({why}), got {value!r}")
+
+
+def check_num_warps(num_warps) -> None:
+    """Warps per program: a power of two from 1 to 32 (at most 1024 threads a program)."""
+    if num_warps not in (1, 2, 4, 8, 16, 32) or isinstance(num_warps, bool):
+        raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")

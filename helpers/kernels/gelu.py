@@ -25,6 +25,10 @@ experiment recorded 2,838 GB/s for v1 and 2,701 GB/s for v2 on an H100 (4096 x 1
 bf16; helpers/records/fusion__H100-SXM.json; 3,812 and 3,632 on an H200): the integer work hides under the memory time, as all arithmetic does in a
 memory-bound kernel. So :func:`bias_gelu` launches the simpler v1 (and Inductor, shown
 in the lesson, generates the same flat kernel with the same remainder).
+
+The flat kernel, its GELU and its spec are lesson 01's (:mod:`helpers.kernels.memory_wall`,
+where the fusion was previewed): this module imports them rather than keeping a copy.
+The napkin math is :func:`helpers.intensity.bias_gelu` and :func:`helpers.intensity.swiglu`.
 """
 
 from __future__ import annotations
@@ -33,9 +37,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_tensor
-
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+from ..dtypes import FLOAT_DTYPES
+from .checks import check_power_of_two, check_tensor
+from .memory_wall import _gelu_tanh, bias_gelu_fused
+from .memory_wall import bias_gelu_reference  # noqa: F401  -- lesson 05 reads its spec here
+# v1, the flat kernel: lesson 01's fused bias + GELU, one program per BLOCK_SIZE elements.
+from .memory_wall import bias_gelu_fused_kernel as bias_gelu_kernel_v1  # noqa: F401
 
 # Offsets in these kernels are 32-bit: at most 2**31 - 1 elements (4 GiB of bf16).
 MAX_ELEMENTS = 2**31 - 1
@@ -57,27 +64,10 @@ TOLERANCES = {
     torch.bfloat16: (1e-5, 2 * 2.0**-7),
 }
 
-# GELU (tanh) as 0.5 t (1 + tanh(u)) = t * sigmoid(2u) = t / (1 + exp(-2u)), with
-# u = sqrt(2/pi) (t + 0.044715 t^3): one exp and one division, no tanh needed.
-_GELU_C = tl.constexpr(0.044715)
-_GELU_2K = tl.constexpr(2 * (2 / 3.141592653589793) ** 0.5)
-
-# FLOPs per element, the course's counting (helpers.intensity):
-#   GELU: t*t*t (2) + 0.044715 t^3 (1) + t + ... (1) + times 2 sqrt(2/pi) (1) + exp (1)
-#         + 1 + exp (1) + divide (1) = 8;  bias add: 1
-BIAS_GELU_FLOPS = 9
-#   SwiGLU: exp (1) + 1 + exp (1) + divide (1) + times up (1) = 4
-SWIGLU_FLOPS = 4
-
 
 # --------------------------------------------------------------------------------------
 # Specs and the unfused versions.
 # --------------------------------------------------------------------------------------
-
-
-def bias_gelu_reference(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """The spec: everything in fp32, rounded once to ``x``'s dtype."""
-    return torch.nn.functional.gelu(x.float() + bias.float(), approximate="tanh").to(x.dtype)
 
 
 def bias_gelu_eager(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -99,27 +89,6 @@ def swiglu_eager(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 # Kernels.
 # --------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _gelu_tanh(t):
-    # t is fp32 in registers. Eight FLOPs and one exp per element: next to the 4 bytes
-    # that bring and take it, the arithmetic is free on any GPU in the course's table.
-    u2 = _GELU_2K * (t + _GELU_C * t * t * t)
-    return t / (1.0 + tl.exp(-u2))
-
-
-@triton.jit
-def bias_gelu_kernel_v1(x_ptr, b_ptr, y_ptr, n_elements, n_cols, BLOCK_SIZE: tl.constexpr):
-    pid = tl.program_id(0)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)   # the matrix as one flat array
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-    # Each element's column, by integer remainder: a few dozen integer instructions,
-    # hidden under the memory time. The bias itself is tiny and comes from cache.
-    b = tl.load(b_ptr + offsets % n_cols, mask=mask).to(tl.float32)
-    t = x + b                           # the intermediate: in registers, never in DRAM
-    tl.store(y_ptr + offsets, _gelu_tanh(t).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -153,11 +122,6 @@ def swiglu_kernel(gate_ptr, up_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr)
 # --------------------------------------------------------------------------------------
 
 
-def _check_power_of_two(name: str, value) -> None:
-    if not isinstance(value, int) or value <= 0 or value & (value - 1):
-        raise ValueError(f"{name} must be a power of two, got {value!r}")
-
-
 def _check_bias_input(x: torch.Tensor, bias: torch.Tensor) -> tuple[int, int]:
     check_tensor(x, "x", dtypes=FLOAT_DTYPES)
     check_tensor(bias, "bias", dtypes=(x.dtype,), ndim=1)
@@ -173,15 +137,13 @@ def _check_bias_input(x: torch.Tensor, bias: torch.Tensor) -> tuple[int, int]:
 
 def bias_gelu(x: torch.Tensor, bias: torch.Tensor, block_size: int = BLOCK_SIZE,
               num_warps: int = NUM_WARPS) -> torch.Tensor:
-    """``gelu(x + bias)`` in one kernel over the flat tensor (:func:`bias_gelu_kernel_v1`)."""
-    _, n_cols = _check_bias_input(x, bias)
-    _check_power_of_two("block_size", block_size)
-    y = torch.empty_like(x)
-    n = x.numel()
-    if n:
-        bias_gelu_kernel_v1[(triton.cdiv(n, block_size),)](
-            x, bias, y, n, n_cols, BLOCK_SIZE=block_size, num_warps=num_warps)
-    return y
+    """``gelu(x + bias)`` in one kernel over the flat tensor (:func:`bias_gelu_kernel_v1`).
+
+    Each element finds its column by an integer remainder, ``offsets % n_cols``: a few
+    dozen integer instructions, hidden under the memory time.
+    """
+    _check_bias_input(x, bias)
+    return bias_gelu_fused(x, bias, block_size, num_warps)
 
 
 def bias_gelu_v2(x: torch.Tensor, bias: torch.Tensor, block_size: int = BLOCK_SIZE,
@@ -189,7 +151,7 @@ def bias_gelu_v2(x: torch.Tensor, bias: torch.Tensor, block_size: int = BLOCK_SI
     """``gelu(x + bias)`` over 2-D tiles, the bias loaded once per tile
     (:func:`bias_gelu_kernel_v2`)."""
     n_rows, n_cols = _check_bias_input(x, bias)
-    _check_power_of_two("block_size", block_size)
+    check_power_of_two("block_size", block_size)
     y = torch.empty_like(x)
     if x.numel() == 0:
         return y
@@ -211,49 +173,10 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, block_size: int = BLOCK_SIZE,
                          f"{tuple(up.shape)}")
     if gate.numel() > MAX_ELEMENTS:
         raise ValueError(f"gate has {gate.numel()} elements; at most {MAX_ELEMENTS}")
-    _check_power_of_two("block_size", block_size)
+    check_power_of_two("block_size", block_size)
     y = torch.empty_like(gate)
     n = gate.numel()
     if n:
         swiglu_kernel[(triton.cdiv(n, block_size),)](gate, up, y, n, BLOCK_SIZE=block_size,
                                                     num_warps=num_warps)
     return y
-
-
-# --------------------------------------------------------------------------------------
-# Napkin math. ``m x n`` is the activation's shape; the bias has ``n`` entries.
-# --------------------------------------------------------------------------------------
-
-VERSIONS = ("bias_gelu_eager", "bias_gelu_fused", "swiglu_eager", "swiglu_fused")
-
-
-def element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def elements_moved(version: str, m: int, n: int) -> tuple[int, int]:
-    """``(elements read, elements written)`` by ``version``."""
-    mn = m * n
-    table = {
-        "bias_gelu_eager": (2 * mn + n, 2 * mn),   # add: x and bias in, t out; gelu: t in, y out
-        "bias_gelu_fused": (mn + n, mn),           # x and bias in, y out
-        "swiglu_eager": (3 * mn, 2 * mn),          # silu: gate in, s out; mul: s, up in, y out
-        "swiglu_fused": (2 * mn, mn),              # gate and up in, y out
-    }
-    if version not in table:
-        raise ValueError(f"unknown version {version!r}; known: {', '.join(VERSIONS)}")
-    return table[version]
-
-
-def bytes_moved(version: str, m: int, n: int, dtype: torch.dtype) -> int:
-    """DRAM bytes ``version`` moves on an ``m x n`` activation of ``dtype``."""
-    read, written = elements_moved(version, m, n)
-    return (read + written) * element_size(dtype)
-
-
-def flops(op: str, m: int, n: int) -> int:
-    """FLOPs of ``op`` (``"bias_gelu"`` or ``"swiglu"``): the same fused or not."""
-    per_element = {"bias_gelu": BIAS_GELU_FLOPS, "swiglu": SWIGLU_FLOPS}
-    if op not in per_element:
-        raise ValueError(f"unknown op {op!r}; known: bias_gelu, swiglu")
-    return per_element[op] * m * n

@@ -13,8 +13,10 @@ by how fast DRAM can deliver bytes, not by the arithmetic:
    back) versus ``bias_gelu_fused`` (one kernel, the intermediate never leaves the
    registers): the fusion preview.
 
-Every op has a PyTorch reference (the spec), a launcher that checks its inputs and
-picks the grid, and napkin math (:func:`bytes_moved`, :func:`flops`).
+Every op has a PyTorch reference (the spec) and a launcher that checks its inputs and
+picks the grid. Their napkin math is in :mod:`helpers.intensity` (``copy``, ``gelu``,
+``row_sum``, ``fma_chain``, ``bias_add``, ``bias_gelu``). Lesson 05's fusion module
+(:mod:`helpers.kernels.gelu`) reuses the GELU and the fused bias + GELU kernel from here.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_same_shape, check_tensor
-
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+from ..dtypes import FLOAT_DTYPES
+from .checks import check_num_warps, check_power_of_two, check_same_shape, check_tensor
 
 # Offsets below are 32-bit integers: enough for 2**31 - 1 elements (8 GiB of fp32).
 MAX_ELEMENTS = 2**31 - 1
@@ -45,12 +46,6 @@ NUM_WARPS = 8
 # (Triton kernels may read globals only when they are tl.constexpr.)
 _GELU_C = tl.constexpr(0.044715)
 _GELU_2K = tl.constexpr(2 * (2 / 3.141592653589793) ** 0.5)
-
-# FLOPs per element (see helpers.intensity for the counting rules):
-#   x*x*x (2) + 0.044715*x^3 (1) + x (1) + scale by 2*sqrt(2/pi) (1)
-#   + exp (1) + 1+ (1) + divide (1) = 8
-GELU_FLOPS = 8
-BIAS_GELU_FLOPS = GELU_FLOPS + 1  # plus the bias add
 
 # The multiply-add of fma_chain: y <- a * y + b keeps |y| bounded for these values, so a
 # long chain neither overflows nor collapses to a constant the compiler could fold.
@@ -172,11 +167,14 @@ def bias_gelu_fused_kernel(x_ptr, b_ptr, y_ptr, n_elements, n_cols, BLOCK_SIZE: 
 
 
 def _check_block(block_size: int, num_warps: int) -> None:
-    if not isinstance(block_size, int) or block_size <= 0 or block_size & (block_size - 1):
-        raise ValueError(f"block_size must be a power of two (tl.arange needs one), "
-                         f"got {block_size!r}")
-    if num_warps not in (1, 2, 4, 8, 16, 32):
-        raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+    check_power_of_two("block_size", block_size)
+    check_num_warps(num_warps)
+
+
+def _launch_flat(kernel, n: int, block_size: int, num_warps: int, *args) -> None:
+    """Start ``ceil(n / block_size)`` programs of a kernel that walks a flat array."""
+    if n:
+        kernel[(triton.cdiv(n, block_size),)](*args, BLOCK_SIZE=block_size, num_warps=num_warps)
 
 
 def _check_stream_input(x: torch.Tensor, name: str = "x") -> None:
@@ -192,10 +190,7 @@ def copy(x: torch.Tensor, block_size: int = BLOCK_SIZE, num_warps: int = NUM_WAR
     _check_stream_input(x)
     _check_block(block_size, num_warps)
     y = _out_like(x, out)
-    n = x.numel()
-    if n:
-        copy_kernel[(triton.cdiv(n, block_size),)](x, y, n, BLOCK_SIZE=block_size,
-                                                   num_warps=num_warps)
+    _launch_flat(copy_kernel, x.numel(), block_size, num_warps, x, y, x.numel())
     return y
 
 
@@ -205,10 +200,7 @@ def gelu(x: torch.Tensor, block_size: int = BLOCK_SIZE, num_warps: int = NUM_WAR
     _check_stream_input(x)
     _check_block(block_size, num_warps)
     y = _out_like(x, out)
-    n = x.numel()
-    if n:
-        gelu_kernel[(triton.cdiv(n, block_size),)](x, y, n, BLOCK_SIZE=block_size,
-                                                   num_warps=num_warps)
+    _launch_flat(gelu_kernel, x.numel(), block_size, num_warps, x, y, x.numel())
     return y
 
 
@@ -243,11 +235,8 @@ def fma_chain(x: torch.Tensor, iters: int, block_size: int = BLOCK_SIZE,
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 0:
         raise ValueError(f"iters must be a whole number >= 0, got {iters!r}")
     y = _out_like(x, out)
-    n = x.numel()
-    if n:
-        fma_chain_kernel[(triton.cdiv(n, block_size),)](x, y, n, iters, FMA_A, FMA_B,
-                                                        BLOCK_SIZE=block_size,
-                                                        num_warps=num_warps)
+    _launch_flat(fma_chain_kernel, x.numel(), block_size, num_warps, x, y, x.numel(), iters,
+                 FMA_A, FMA_B)
     return y
 
 
@@ -266,10 +255,7 @@ def bias_add(x: torch.Tensor, bias: torch.Tensor, block_size: int = BLOCK_SIZE,
     n_cols = _check_bias(x, bias)
     _check_block(block_size, num_warps)
     y = _out_like(x, out)
-    n = x.numel()
-    if n:
-        bias_add_kernel[(triton.cdiv(n, block_size),)](x, bias, y, n, n_cols,
-                                                       BLOCK_SIZE=block_size, num_warps=num_warps)
+    _launch_flat(bias_add_kernel, x.numel(), block_size, num_warps, x, bias, y, x.numel(), n_cols)
     return y
 
 
@@ -287,10 +273,8 @@ def bias_gelu_fused(x: torch.Tensor, bias: torch.Tensor, block_size: int = BLOCK
     n_cols = _check_bias(x, bias)
     _check_block(block_size, num_warps)
     y = _out_like(x, out)
-    n = x.numel()
-    if n:
-        bias_gelu_fused_kernel[(triton.cdiv(n, block_size),)](
-            x, bias, y, n, n_cols, BLOCK_SIZE=block_size, num_warps=num_warps)
+    _launch_flat(bias_gelu_fused_kernel, x.numel(), block_size, num_warps, x, bias, y, x.numel(),
+                 n_cols)
     return y
 
 
@@ -300,47 +284,3 @@ def _out_like(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     check_tensor(out, "out", dtypes=(x.dtype,))
     check_same_shape(x, out, "x and out")
     return out
-
-
-# --------------------------------------------------------------------------------------
-# Napkin math: DRAM bytes and FLOPs of each op (compulsory traffic, see helpers.intensity).
-# --------------------------------------------------------------------------------------
-
-OPS = ("copy", "gelu", "row_sum", "fma_chain", "bias_add", "bias_gelu_unfused",
-       "bias_gelu_fused")
-
-
-def _element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def bytes_moved(op: str, shape: tuple[int, ...], dtype: torch.dtype) -> int:
-    """DRAM bytes ``op`` moves on a tensor of ``shape`` (``(rows, cols)`` for 2-D ops)."""
-    s = _element_size(dtype)
-    n = 1
-    for d in shape:
-        n *= d
-    cols = shape[-1]
-    if op in ("copy", "gelu", "fma_chain"):
-        return 2 * n * s                       # read x, write y
-    if op == "row_sum":
-        return n * s + shape[0] * 4            # read x, write one fp32 per row
-    if op in ("bias_add", "bias_gelu_fused"):
-        return 2 * n * s + cols * s            # read x, write y, read the bias once
-    if op == "bias_gelu_unfused":
-        return 4 * n * s + cols * s            # + write t, read t back: the round trip
-    raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
-
-
-def flops(op: str, shape: tuple[int, ...], iters: int = 0) -> int:
-    """FLOPs ``op`` does on a tensor of ``shape`` (``iters``: the fma_chain's length)."""
-    n = 1
-    for d in shape:
-        n *= d
-    if op == "fma_chain":
-        return 2 * iters * n                   # one multiply-add = 2 FLOPs, per step
-    per_element = {"copy": 0, "gelu": GELU_FLOPS, "row_sum": 1, "bias_add": 1,
-                   "bias_gelu_unfused": BIAS_GELU_FLOPS, "bias_gelu_fused": BIAS_GELU_FLOPS}
-    if op not in per_element:
-        raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
-    return per_element[op] * n

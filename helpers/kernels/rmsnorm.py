@@ -16,7 +16,8 @@ The versions:
 * :func:`residual_rmsnorm_eager`: the way a model writes it in PyTorch, with the
   statistics in fp32 for accuracy. Nine ops, nine kernels, and the fp32 copies make
   every round trip twice as expensive as the bf16 data. Count them with
-  :func:`bytes_moved` (and let ``helpers.experiments.fusion.trace`` count them for you).
+  :func:`helpers.intensity.residual_rmsnorm_eager_kernels` (and let
+  ``helpers.experiments.fusion.trace`` count them for you).
 * :func:`residual_rmsnorm_torch`: the add, then PyTorch's own ``F.rms_norm``, which on
   a GPU is one fused kernel: the norm is fused, but the add is not, so ``h`` is
   written by one kernel and read back by the next (``5MN + N``).
@@ -24,7 +25,8 @@ The versions:
   ``residual`` is read once, ``h`` and its sum of squares stay in registers, and ``h``
   and ``y`` are written once: ``4MN + N``.
 
-The graded assignment of lesson 05 asks you to write this kernel yourself.
+The napkin math of all three is :func:`helpers.intensity.residual_rmsnorm`. The graded
+assignment of lesson 05 asks you to write this kernel yourself.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_same_shape, check_tensor
+from ..dtypes import FLOAT_DTYPES
+from .checks import check_num_warps, check_same_shape, check_tensor
 from .softmax import num_warps_for  # one program per row, as in the softmax
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPS = 1e-6
 
 # The longest row the kernel accepts: 65536 fp32 values spread over 32 warps is 64 per
@@ -54,10 +56,6 @@ TOLERANCES = {
     torch.float16: (2.0**-10, 3 * 2.0**-10),
     torch.bfloat16: (2.0**-7, 3 * 2.0**-7),
 }
-
-# FLOPs per element, the course's counting (helpers.intensity): residual add (1)
-# + square and accumulate (2) + multiply by 1/rms (1) + multiply by the weight (1).
-FLOPS_PER_ELEMENT = 5
 
 
 # --------------------------------------------------------------------------------------
@@ -141,62 +139,10 @@ def residual_rmsnorm(x, residual, weight, eps: float = EPS, num_warps: int | Non
     rows, n_cols = _check_inputs(x, residual, weight)
     block = triton.next_power_of_2(n_cols)
     num_warps = num_warps or num_warps_for(block)
-    if num_warps not in (1, 2, 4, 8, 16, 32):
-        raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+    check_num_warps(num_warps)
     h = torch.empty_like(x)
     y = torch.empty_like(x)
     if rows:
         residual_rmsnorm_kernel[(rows,)](x, residual, weight, h, y, n_cols, eps,
                                          BLOCK_SIZE=block, num_warps=num_warps)
     return h, y
-
-
-# --------------------------------------------------------------------------------------
-# Napkin math. ``m`` rows of ``n`` elements; the weight has ``n`` entries.
-# --------------------------------------------------------------------------------------
-
-VERSIONS = ("eager", "torch", "fused")
-
-
-def element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def eager_kernels(m: int, n: int, dtype: torch.dtype) -> list[tuple[str, int, int]]:
-    """``(op, bytes read, bytes written)`` for each kernel of :func:`residual_rmsnorm_eager`.
-
-    For fp32 inputs the two ``.to()`` conversions are no-ops and launch nothing.
-    """
-    s, f = element_size(dtype), 4
-    mn = m * n
-    ops = [("h = x + residual", 2 * mn * s, mn * s)]
-    if dtype != torch.float32:
-        ops.append(("hf = h.to(float32)", mn * s, mn * f))
-    ops += [
-        ("hf.pow(2)", mn * f, mn * f),
-        (".mean(-1)", mn * f, m * f),
-        ("variance + eps", m * f, m * f),
-        ("torch.rsqrt", m * f, m * f),
-        ("hf * rsqrt", mn * f + m * f, mn * f),
-    ]
-    if dtype != torch.float32:
-        ops.append(("hf.to(x.dtype)", mn * f, mn * s))
-    ops.append(("weight * ...", n * s + mn * s, mn * s))
-    return ops
-
-
-def bytes_moved(version: str, m: int, n: int, dtype: torch.dtype) -> int:
-    """DRAM bytes ``version`` moves for ``m`` rows of ``n`` elements of ``dtype``."""
-    s = element_size(dtype)
-    mn = m * n
-    if version == "eager":
-        return sum(r + w for _, r, w in eager_kernels(m, n, dtype))
-    if version == "torch":
-        return 3 * mn * s + (mn * s + n * s) + mn * s      # add; then read h + weight, write y
-    if version == "fused":
-        return 4 * mn * s + n * s                         # read x, residual; write h, y; weight
-    raise ValueError(f"unknown version {version!r}; known: {', '.join(VERSIONS)}")
-
-
-def flops(m: int, n: int) -> int:
-    return FLOPS_PER_ELEMENT * m * n

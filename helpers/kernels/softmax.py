@@ -21,8 +21,8 @@ The versions, read top to bottom:
   softmax*, the trick FlashAttention builds on in lesson 06), the second writes the
   output. Read ``2MN``, write ``MN``: one extra read of the row, still far from eight.
 
-:func:`softmax` picks between the last two by row length; :func:`bytes_moved` and
-:func:`flops` are the napkin math.
+:func:`softmax` picks between the last two by row length. The napkin math of all three
+is :func:`helpers.intensity.softmax` (``version="naive"``, ``"fused"``, ``"online"``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_tensor
-
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+from ..dtypes import FLOAT_DTYPES
+from .checks import check_power_of_two, check_tensor
 
 # The longest row (in elements, after rounding up to a power of two) that the
 # row-in-registers kernel takes in `softmax(x)`: beyond it, the online kernel.
@@ -56,10 +55,6 @@ TOLERANCES = {
     torch.float16: (1e-6, 2 * 2.0**-10),
     torch.bfloat16: (1e-6, 2 * 2.0**-7),
 }
-
-# FLOPs per element, the course's counting (helpers.intensity): max (1 compare)
-# + subtract (1) + exp (1) + sum (1) + divide (1).
-FLOPS_PER_ELEMENT = 5
 
 # The lowest finite fp32 number: the online kernel's "no maximum yet". Starting from
 # -inf instead would give exp(-inf - (-inf)) = exp(nan) on lanes that see only
@@ -179,11 +174,6 @@ def _check_input(x: torch.Tensor) -> tuple[int, int]:
     return x.numel() // n_cols, n_cols
 
 
-def _launch_power_of_two(name: str, value: int) -> None:
-    if not isinstance(value, int) or value <= 0 or value & (value - 1):
-        raise ValueError(f"{name} must be a power of two (tl.arange needs one), got {value!r}")
-
-
 def softmax_v1(x: torch.Tensor, num_warps: int | None = None) -> torch.Tensor:
     """Softmax over the last dimension with :func:`softmax_kernel_v1`: one program per row,
     the whole row in registers."""
@@ -193,7 +183,7 @@ def softmax_v1(x: torch.Tensor, num_warps: int | None = None) -> torch.Tensor:
         raise ValueError(f"rows of {n_cols} elements need a block of {block}; Triton allows at "
                          f"most {MAX_BLOCK} elements per block. Use softmax_online(x).")
     num_warps = num_warps or num_warps_for(block)
-    _launch_power_of_two("num_warps", num_warps)
+    check_power_of_two("num_warps", num_warps)
     x2 = x.view(rows, n_cols)
     y = torch.empty_like(x2)
     if rows:
@@ -207,10 +197,10 @@ def softmax_online(x: torch.Tensor, block_size: int = ONLINE_BLOCK,
     """Softmax over the last dimension with :func:`softmax_kernel_online`: the row is
     walked in blocks of ``block_size``, twice, so any row length works."""
     rows, n_cols = _check_input(x)
-    _launch_power_of_two("block_size", block_size)
+    check_power_of_two("block_size", block_size)
     block = min(block_size, triton.next_power_of_2(n_cols))
     num_warps = num_warps or num_warps_for(block)
-    _launch_power_of_two("num_warps", num_warps)
+    check_power_of_two("num_warps", num_warps)
     x2 = x.view(rows, n_cols)
     y = torch.empty_like(x2)
     if rows:
@@ -229,36 +219,3 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     if triton.next_power_of_2(n_cols) <= MAX_FUSED_BLOCK:
         return softmax_v1(x)
     return softmax_online(x)
-
-
-# --------------------------------------------------------------------------------------
-# Napkin math.
-# --------------------------------------------------------------------------------------
-
-VERSIONS = ("naive", "fused", "online")
-
-
-def element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def elements_moved(version: str, m: int, n: int) -> tuple[int, int]:
-    """``(elements read, elements written)`` by ``version`` on an ``m x n`` input."""
-    if version == "naive":
-        return 5 * m * n + 2 * m, 3 * m * n + 2 * m
-    if version == "fused":
-        return m * n, m * n
-    if version == "online":
-        return 2 * m * n, m * n
-    raise ValueError(f"unknown version {version!r}; known: {', '.join(VERSIONS)}")
-
-
-def bytes_moved(version: str, m: int, n: int, dtype: torch.dtype) -> int:
-    """DRAM bytes ``version`` moves on an ``m x n`` input of ``dtype``."""
-    read, written = elements_moved(version, m, n)
-    return (read + written) * element_size(dtype)
-
-
-def flops(m: int, n: int) -> int:
-    """FLOPs of a row softmax, the same for every version: the work does not change."""
-    return FLOPS_PER_ELEMENT * m * n

@@ -7,8 +7,8 @@ about 20 FLOP/byte (CUDA-core fp32 peak over HBM bandwidth) before arithmetic li
 anything. So the adder units idle and the kernel runs exactly as fast as memory can
 stream: the only question is how close to the datasheet bandwidth it gets.
 
-What follows: the spec in PyTorch, the Triton kernel, a launcher that checks its
-inputs and picks the grid, and the napkin math (``bytes_moved``, ``flops``).
+What follows: the spec in PyTorch, the Triton kernel, and a launcher that checks its
+inputs and picks the grid. The napkin math is :func:`helpers.intensity.vector_add`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_same_shape, check_tensor
-
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+from ..dtypes import FLOAT_DTYPES
+from .checks import check_power_of_two, check_same_shape, check_tensor
 
 # Elements per program. With Triton's default of 4 warps (128 threads) a block of 1024
 # gives each thread 8 consecutive elements: 16 bytes of fp16, one 128-bit load per operand,
@@ -76,9 +75,7 @@ def add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     else:
         check_tensor(out, "out", dtypes=(a.dtype,))
         check_same_shape(a, out, "a and out")
-    if block_size <= 0 or block_size & (block_size - 1):
-        raise ValueError(f"block_size must be a power of two (tl.arange needs one), "
-                         f"got {block_size}")
+    check_power_of_two("block_size", block_size)
     n = a.numel()
     if n > MAX_ELEMENTS:
         raise ValueError(f"{n} elements: this kernel indexes with 32-bit offsets, which "
@@ -88,40 +85,3 @@ def add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     grid = (triton.cdiv(n, block_size),)
     add_kernel[grid](a, b, out, n, BLOCK_SIZE=block_size)
     return out
-
-
-# --------------------------------------------------------------------------------------
-# Napkin math. An element size comes from the dtype: 2 bytes for fp16/bf16, 4 for fp32.
-# --------------------------------------------------------------------------------------
-
-
-def element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def bytes_moved(n_elements: int, dtype: torch.dtype, n_inputs: int = 2) -> int:
-    """DRAM traffic of an n-input elementwise sum: read every input once, write one output.
-
-    In place (``A += B``) changes nothing here: ``A`` is still read, ``B`` still read,
-    and the result still written back over ``A``. In-place saves memory *capacity*
-    (no third buffer), not memory *traffic*.
-    """
-    if n_inputs < 1:
-        raise ValueError(f"n_inputs must be at least 1, got {n_inputs}")
-    return (n_inputs + 1) * n_elements * element_size(dtype)
-
-
-def flops(n_elements: int, n_inputs: int = 2, fmas_per_element: int = 0) -> int:
-    """Additions to sum ``n_inputs`` vectors, plus ``fmas_per_element`` fused multiply-adds.
-
-    An FMA (``x * s + t``) is one instruction but two floating-point operations, the
-    convention of every datasheet's FLOP/s.
-    """
-    return n_elements * ((n_inputs - 1) + 2 * fmas_per_element)
-
-
-def intensity(n_elements: int, dtype: torch.dtype, n_inputs: int = 2,
-              fmas_per_element: int = 0) -> float:
-    """FLOPs per byte of DRAM traffic. It does not depend on ``n_elements``."""
-    return (flops(n_elements, n_inputs, fmas_per_element)
-            / bytes_moved(n_elements, dtype, n_inputs))

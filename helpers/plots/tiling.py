@@ -1,124 +1,20 @@
-"""Lesson 04's explorer: choose a matmul tile, see what it costs on chip and what it buys.
+"""Lesson 04's figures: a tile's cost and reward, the program order, the matmul ladder.
 
-Inputs: a GPU of the course's table, a data type, the tile (``BLOCK_M x BLOCK_N x
-BLOCK_K``), ``num_stages`` and ``num_warps``. Outputs, from the napkin math of
-:mod:`helpers.kernels.matmul`:
-
-* the tile's **intensity**: FLOPs per byte a program loads into SRAM;
-* the **SRAM** one program needs (one A and one B tile per pipeline stage), whether it
-  fits the per-program limit of the GPU, and how many programs fit on one SM;
-* the **registers** of the fp32 accumulator per thread, and whether they can fit at all;
-* the **predicted bound** if every tile came from DRAM: memory-bound left of the GPU's
-  ridge point. Measured kernels beat that prediction because the L2 cache serves most
-  tile loads, which is what the lesson's roofline shows.
-
-:func:`plan` computes all of it; :class:`TileExplorer` draws it, live in JupyterLab and as
-a static picture elsewhere (see :mod:`helpers.widgets`).
+:class:`TileExplorer` draws :func:`helpers.tile_plan.plan` (choose a matmul tile, see
+what it costs on chip and what it buys), live in JupyterLab and as a static picture
+elsewhere (see :mod:`helpers.plots.explorer`). :func:`draw_program_order` and
+:func:`draw_ladder` are the lesson's other figures.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from . import hardware, roofline
-from .kernels import matmul as mm
-from .plots import add_source
-from .widgets import Explorer, _readout_box
-
-# CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": a thread
-# may use at most 255 32-bit registers; from compute capability 8.0 on, one block (one
-# Triton program) may use all of an SM's shared memory but 1 KiB (227 KiB of 228 on
-# Hopper, 163 of 164 on an A100, 99 of 100 on Ada); on 7.5 (T4) all 64 KiB.
-MAX_REGISTERS_PER_THREAD = 255
-RESERVED_SMEM_BYTES = 1024
-BLOCK_CHOICES = (16, 32, 64, 128, 256)
-WARP_CHOICES = (1, 2, 4, 8, 16)
-TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
-
-
-def smem_per_program(spec: hardware.GPUSpec) -> int:
-    """The most shared memory one program may have on ``spec``, in bytes."""
-    reserved = RESERVED_SMEM_BYTES if spec.compute_capability >= (8, 0) else 0
-    return spec.smem_per_sm_bytes - reserved
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, TORCH_DTYPES[hardware.dtype_key(name)])
-
-
-def compute_roof(dtype: str) -> str:
-    """The tensor-core roof a ``tl.dot`` on ``dtype`` inputs runs under (fp32 -> tf32)."""
-    key = hardware.dtype_key(dtype)
-    return "tf32" if key == "fp32" else key
-
-
-@dataclass(frozen=True)
-class TilePlan:
-    gpu: str
-    dtype: str
-    block_m: int
-    block_n: int
-    block_k: int
-    num_stages: int
-    num_warps: int
-    intensity: float            # FLOP per byte loaded into SRAM
-    sram_bytes: int             # per program
-    sram_limit: int             # per program, this GPU
-    programs_per_sm: int        # by shared memory alone
-    acc_registers: int          # per thread, the fp32 accumulator alone
-    ridge: float                # FLOP/byte, this GPU and dtype (HBM)
-    bound: str                  # "memory" or "compute", if every tile came from DRAM
-    attainable_tflops: float    # the roofline at `intensity`
-
-    @property
-    def fits(self) -> bool:
-        return self.sram_bytes <= self.sram_limit
-
-    @property
-    def registers_fit(self) -> bool:
-        return self.acc_registers < MAX_REGISTERS_PER_THREAD
-
-    def lines(self) -> list[str]:
-        kib = 1024
-        fit = (f"fits (at most {self.programs_per_sm} per SM by shared memory)" if self.fits else
-               f"does NOT fit: {self.sram_bytes - self.sram_limit:,} B too many")
-        regs = ("" if self.registers_fit else
-                f" > {MAX_REGISTERS_PER_THREAD}: spills to memory, use more warps")
-        return [
-            f"tile {self.block_m}x{self.block_n}x{self.block_k} {self.dtype}, "
-            f"{self.num_stages} stage(s), {self.num_warps} warps on the {self.gpu}",
-            f"intensity {self.intensity:.3g} FLOP/B loaded (ridge {self.ridge:.0f})",
-            f"SRAM {self.sram_bytes / kib:.4g} KiB of {self.sram_limit / kib:.4g} KiB: {fit}",
-            f"accumulator {self.acc_registers} registers per thread{regs}",
-            f"if every tile came from DRAM: {self.bound}-bound, at most "
-            f"{self.attainable_tflops:,.0f} TFLOP/s",
-        ]
-
-
-def plan(gpu: str, dtype: str, block_m: int, block_n: int, block_k: int,
-         num_stages: int = 3, num_warps: int = 8) -> TilePlan:
-    """Everything the explorer shows, for one choice of tile on one GPU."""
-    spec = hardware.lookup(gpu)
-    dt = _torch_dtype(dtype)
-    mm._check_block(block_m=block_m, block_n=block_n, block_k=block_k)
-    for name, value in (("num_stages", num_stages), ("num_warps", num_warps)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
-    roof = compute_roof(dtype)
-    intensity = mm.tile_intensity(block_m, block_n, block_k, dt)
-    sram = mm.sram_bytes(block_m, block_n, block_k, dt, num_stages)
-    limit = smem_per_program(spec)
-    reserved = spec.smem_per_sm_bytes - limit       # set aside per program (1 KiB from sm_80)
-    return TilePlan(
-        gpu=spec.name, dtype=hardware.dtype_key(dtype), block_m=block_m, block_n=block_n,
-        block_k=block_k, num_stages=num_stages, num_warps=num_warps, intensity=intensity,
-        sram_bytes=sram, sram_limit=limit,
-        programs_per_sm=spec.smem_per_sm_bytes // (sram + reserved),
-        acc_registers=mm.accumulator_bytes(block_m, block_n) // 4 // (32 * num_warps),
-        ridge=spec.ridge_point(roof), bound=roofline.bound(intensity, spec, roof),
-        attainable_tflops=roofline.attainable_tflops(intensity, spec, roof))
+from .. import dtypes, hardware, roofline
+from ..experiments.tiling import cublas_tflops
+from ..kernels import matmul as mm
+from ..tile_plan import (BLOCK_CHOICES, TILE_DTYPES, WARP_CHOICES, TilePlan, compute_roof,
+                         plan)
+from . import add_source
+from .explorer import Explorer, new_figure, readout_box
 
 
 def draw_sram(ax, p: TilePlan) -> None:
@@ -158,13 +54,13 @@ class TileExplorer(Explorer):
                                      ("num_stages", num_stages, range(1, 7))):
             if value not in choices:
                 raise ValueError(f"the explorer offers {name} in {tuple(choices)}, got {value!r}"
-                                 "; tiling_widget.plan() takes any other value")
+                                 "; tile_plan.plan() takes any other value")
         self.points = tuple(points)
         self.points_gpu = hardware.lookup(points_gpu).key if points_gpu else None
         self.source = source
         gpu_w = w.Dropdown(options=list(hardware.GPUS), value=hardware.lookup(gpu).key,
                            description="GPU")
-        dtype_w = w.Dropdown(options=list(TORCH_DTYPES), value=hardware.dtype_key(dtype),
+        dtype_w = w.Dropdown(options=list(TILE_DTYPES), value=dtypes.dtype_key(dtype),
                              description="dtype")
         blocks = {name: w.Dropdown(options=BLOCK_CHOICES, value=value, description=name,
                                    layout=w.Layout(width="160px"))
@@ -179,17 +75,14 @@ class TileExplorer(Explorer):
         super().__init__(controls, [w.HBox([gpu_w, dtype_w]), w.HBox(list(blocks.values())),
                                     w.HBox([stages_w, warps_w])])
 
-    def figure(self, **values):
-        import matplotlib.pyplot as plt
+    def axes(self):
+        # The roofline on the left, the SRAM bar (drawn by decorate) on the right.
+        fig, (ax, self._sram_ax) = new_figure(self.figsize, ncols=2,
+                                              gridspec_kw={"width_ratios": [4, 1]})
+        return fig, ax
 
-        values = {**{k: c.value for k, c in self.controls.items()}, **values}
-        fig, (ax, bar) = plt.subplots(1, 2, figsize=self.figsize,
-                                      gridspec_kw={"width_ratios": [4, 1]})
-        self.readout = self.draw(ax, **values)
-        draw_sram(bar, self.plan)
-        self.values = values
-        fig.tight_layout()
-        return fig
+    def decorate(self, fig) -> None:
+        draw_sram(self._sram_ax, self.plan)
 
     def draw(self, ax, gpu, dtype, block_m, block_n, block_k, num_stages, num_warps) -> str:
         self.plan = p = plan(gpu, dtype, block_m, block_n, block_k, num_stages, num_warps)
@@ -204,13 +97,11 @@ class TileExplorer(Explorer):
         ax.axvline(p.intensity, color="C3", lw=0.8, ls="--")
         ax.legend(fontsize=7, loc="lower right")
         text = "\n".join(p.lines())
-        _readout_box(ax, text)
-        add_source(ax, "napkin math of helpers.kernels.matmul on the course's GPU table"
+        readout_box(ax, text)
+        add_source(ax, "napkin math of helpers.intensity on the course's GPU table"
                    + (f"; squares: {self.source}" if self.points and spec.key == self.points_gpu
                       else ""))
         return text
-
-
 # --------------------------------------------------------------------------------------
 # The lesson's other figures.
 # --------------------------------------------------------------------------------------
@@ -249,8 +140,6 @@ def draw_ladder(ax, rows: list[dict], dtype: str, steps: list[dict], peak: float
         pts = sorted((r["n"], r["tflops"]) for r in mine if r["step"] == step["key"])
         if pts:
             ax.plot(*zip(*pts), "o-", ms=4, color=f"C{i}", label=step["label"])
-    from .experiments.matmul import cublas_tflops
-
     ax.plot(sizes, [cublas_tflops(mine, n, dtype) for n in sizes], "k--", lw=2,
             label="torch.matmul (cuBLAS)")
     if peak:

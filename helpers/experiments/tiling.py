@@ -1,4 +1,5 @@
-"""The matmul ladder, measured: every version of helpers.kernels.matmul next to cuBLAS.
+"""Lesson 04 (tiling), measured: the matmul ladder, every version of helpers.kernels.matmul
+next to cuBLAS.
 
 Four parts, all timed in this one process with :func:`helpers.bench.time_ms` (median,
 cold L2; the ladder keeps the fastest of a few such medians), on random inputs (tensor
@@ -20,7 +21,14 @@ cores draw less power on zeros and run faster):
 
 from __future__ import annotations
 
-from .. import bench, hardware
+import statistics
+
+import torch
+import triton
+
+from .. import bench, hardware, intensity
+from ..dtypes import torch_dtype
+from ..kernels import matmul as mm
 from . import experiment
 
 SIZES = (512, 1024, 2048, 4096, 8192)
@@ -60,15 +68,7 @@ GROUP_MS = (1, 2, 4, 8, 16, 32, 64)
 GROUP_CONFIG = (128, 256, 64, 4, 8)      # BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps
 
 
-def _torch_dtype(name: str):
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
-
-
 def _inputs(n: int, dtype, seed: int = 0):
-    import torch
-
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(n, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
     b = torch.randn(n, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
@@ -76,8 +76,6 @@ def _inputs(n: int, dtype, seed: int = 0):
 
 
 def _launcher(version: str, options: dict):
-    from ..kernels import matmul as mm
-
     fn = mm.matmul if version == "best" else mm.VERSIONS[version]
     return lambda a, b: fn(a, b, **options)
 
@@ -91,8 +89,6 @@ def _check(c, ref, what: str) -> float:
 
 
 def _chosen(version: str, a, b) -> dict | None:
-    from ..kernels import matmul as mm
-
     if version == "best":
         version = mm.best_version(a, b)
     if version == "v4":
@@ -136,8 +132,6 @@ def side_by_side(ours, reference, rounds: int = ROUNDS) -> tuple[float, float]:
 def cublas_tflops(rows: list[dict], n: int, dtype: str) -> float:
     """torch.matmul's TFLOP/s at ``n``^3 in ``dtype``: the median of the timings taken beside
     each rung (they differ by a few percent from one to the next, like any timing)."""
-    import statistics
-
     mine = [r["cublas_tflops"] for r in rows if r["n"] == n and r["dtype"] == dtype]
     if not mine:
         raise ValueError(f"the ladder has no {dtype} rows at n={n}")
@@ -145,18 +139,14 @@ def cublas_tflops(rows: list[dict], n: int, dtype: str) -> float:
 
 
 def ladder(sizes=SIZES, dtypes=DTYPES, steps=None, rounds: int = ROUNDS) -> list[dict]:
-    import torch
-
-    from ..kernels import matmul as mm
-
     steps = [s for s in STEPS if steps is None or s[0] in steps]
     rows = []
     for dtype in dtypes:
-        dt = _torch_dtype(dtype)
+        dt = torch_dtype(dtype)
         for n in sizes:
             a, b = _inputs(n, dt)
             ref = torch.matmul(a.float(), b.float())
-            flops = mm.flops(n, n, n)
+            flops = intensity.matmul(n, n, n).flops
             _check(torch.matmul(a, b), ref, f"torch.matmul {dtype} n={n}")
             for key, label, version, options in steps:
                 fn = _launcher(version, options)
@@ -178,12 +168,7 @@ def ladder(sizes=SIZES, dtypes=DTYPES, steps=None, rounds: int = ROUNDS) -> list
 def knobs(n: int = KNOB_SIZE, tiles=KNOB_TILES, stages=KNOB_STAGES, warps=KNOB_WARPS,
           dtype: str = "fp16") -> list[dict]:
     """v3 with one knob turned at a time; what the compiler made of each configuration."""
-    import torch
-    import triton
-
-    from ..kernels import matmul as mm
-
-    dt = _torch_dtype(dtype)
+    dt = torch_dtype(dtype)
     a, b = _inputs(n, dt, seed=1)
     c = torch.empty_like(a)
     ref = torch.matmul(a.float(), b.float())
@@ -193,7 +178,7 @@ def knobs(n: int = KNOB_SIZE, tiles=KNOB_TILES, stages=KNOB_STAGES, warps=KNOB_W
             for s in stages:
                 row = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": s,
                        "num_warps": w, "dtype": dtype, "n": n,
-                       "sram_model": mm.sram_bytes(bm, bn, bk, dt, s)}
+                       "sram_model": intensity.sram_bytes(bm, bn, bk, dt, s)}
                 grid = (triton.cdiv(n, bm) * triton.cdiv(n, bn),)
                 try:
                     compiled = mm.matmul_kernel_v3[grid](
@@ -211,23 +196,19 @@ def knobs(n: int = KNOB_SIZE, tiles=KNOB_TILES, stages=KNOB_STAGES, warps=KNOB_W
                 ms = bench.time_ms(lambda: mm.matmul_v3(  # noqa: B023
                     a, b, block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=w,
                     num_stages=s))
-                row.update(ms=ms, tflops=bench.tflops(mm.flops(n, n, n), ms))
+                row.update(ms=ms, tflops=bench.tflops(intensity.matmul(n, n, n).flops, ms))
                 rows.append(row)
     ms = bench.time_ms(lambda: torch.matmul(a, b))
     rows.append({"cublas": True, "dtype": dtype, "n": n, "ms": ms,
-                 "tflops": bench.tflops(mm.flops(n, n, n), ms)})
+                 "tflops": bench.tflops(intensity.matmul(n, n, n).flops, ms)})
     return rows
 
 
 def groups(n: int = GROUP_SIZE, group_ms=GROUP_MS, config=GROUP_CONFIG,
            dtype: str = "fp16") -> list[dict]:
     """v3 at one tile configuration with the program order changed: GROUP_M = 1 is v2's."""
-    import torch
-
-    from ..kernels import matmul as mm
-
     bm, bn, bk, s, w = config
-    a, b = _inputs(n, _torch_dtype(dtype), seed=3)
+    a, b = _inputs(n, torch_dtype(dtype), seed=3)
     ref = torch.matmul(a.float(), b.float())
     rows = []
     for g in group_ms:
@@ -237,7 +218,7 @@ def groups(n: int = GROUP_SIZE, group_ms=GROUP_MS, config=GROUP_CONFIG,
         ms = bench.time_ms(lambda: fn(a, b))  # noqa: B023
         rows.append({"GROUP_M": g, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
                      "num_stages": s, "num_warps": w, "dtype": dtype, "n": n, "ms": ms,
-                     "tflops": bench.tflops(mm.flops(n, n, n), ms)})
+                     "tflops": bench.tflops(intensity.matmul(n, n, n).flops, ms)})
     return rows
 
 
@@ -247,10 +228,6 @@ TF32_CONFIG = dict(block_m=128, block_n=128, block_k=32, group_m=8, num_stages=3
 
 def tf32(n: int = TF32_SIZE, config=None) -> dict:
     """fp32 inputs: TF32 tensor cores versus true fp32, error and speed."""
-    import torch
-
-    from ..kernels import matmul as mm
-
     config = dict(config or TF32_CONFIG)
     a, b = _inputs(n, torch.float32, seed=2)
     exact = torch.matmul(a.double(), b.double())
@@ -262,7 +239,7 @@ def tf32(n: int = TF32_SIZE, config=None) -> dict:
         ms = bench.time_ms(fn)
         out[name] = {"max_abs_error": (c - exact).abs().max().item(),
                      "rel_error": ((c - exact).norm() / exact.norm()).item(),
-                     "ms": ms, "tflops": bench.tflops(mm.flops(n, n, n), ms)}
+                     "ms": ms, "tflops": bench.tflops(intensity.matmul(n, n, n).flops, ms)}
     out["torch_allow_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
     out["max_abs_exact"] = exact.abs().max().item()
     return out
@@ -274,8 +251,8 @@ QUICK = dict(sizes=(1024, 4096), knob_tiles=((128, 256, 64),), knob_stages=(3, 4
              group_size=4096, group_ms=(1, 8), tf32_size=2048)
 
 
-@experiment("matmul")
-def matmul(sizes=SIZES, dtypes=DTYPES, steps=None, knob_size=KNOB_SIZE, knob_tiles=KNOB_TILES,
+@experiment("tiling")
+def tiling(sizes=SIZES, dtypes=DTYPES, steps=None, knob_size=KNOB_SIZE, knob_tiles=KNOB_TILES,
            knob_stages=KNOB_STAGES, knob_warps=KNOB_WARPS, group_size=GROUP_SIZE,
            group_ms=GROUP_MS, tf32_size=TF32_SIZE) -> dict:
     """The whole record. Smaller arguments give the quick version a notebook runs live."""

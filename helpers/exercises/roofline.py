@@ -1,20 +1,21 @@
 """Checks for lesson 02 (the roofline): intensities, bounds, predicted times, and why a
 measured point sits below its roof.
 
-Expected answers come from :mod:`helpers.intensity` and the hardware table; the
-launch cost comes from the measurement record the notebook passes in.
+Expected answers come from :mod:`helpers.intensity` (counts), :mod:`helpers.prediction`
+(bounds and times) and the hardware table; the launch cost comes from the measurement
+record the notebook passes in.
 """
 
 from __future__ import annotations
 
-from .. import hardware, intensity
+from .. import hardware, intensity, prediction
+from ..dtypes import element_size
 from ..feedback import Feedback, check_number, choice_word
-from ..intensity import element_bytes
 
 
 def check_vector_add_intensity(answer, dtype="fp16") -> Feedback:
     """Exercise: the arithmetic intensity of ``c = a + b`` in ``dtype`` (FLOP/byte)."""
-    s = element_bytes(dtype)
+    s = element_size(dtype)
     expected = intensity.vector_add(1, dtype).intensity  # independent of n
     return check_number(
         f"intensity of a {hardware.dtype_key(dtype)} vector add", answer, expected, rel=0.01,
@@ -30,7 +31,7 @@ def check_matmul_intensity(answer, n: int, dtype="bf16") -> Feedback:
     """Exercise: the intensity of an ``n x n x n`` matmul, each matrix moved once."""
     work = intensity.matmul(n, n, n, dtype)
     naive = intensity.matmul(n, n, n, dtype, block_m=1, block_n=1)
-    s = element_bytes(dtype)
+    s = element_size(dtype)
     return check_number(
         f"intensity of a {n}^3 {hardware.dtype_key(dtype)} matmul", answer, work.intensity,
         rel=0.01, unit="FLOP/B",
@@ -75,11 +76,11 @@ def check_classification(answers, launch_us: float, gpu: str = "H100-SXM") -> Fe
         if label not in answers:
             continue
         got = answers[label]
-        pred = intensity.predict(work, spec, launch_us=launch_us)
+        pred = prediction.predict(work, spec, launch_us=launch_us)
         if got is Ellipsis or got is None:
             missing.append(label)
-        elif choice_word(got) not in intensity.BOUNDS:
-            wrong.append(f"{label}: {got!r} is not one of {intensity.BOUNDS}")
+        elif choice_word(got) not in prediction.BOUNDS:
+            wrong.append(f"{label}: {got!r} is not one of {prediction.BOUNDS}")
         elif choice_word(got) != pred.bound:
             wrong.append(f"{label}: you said {choice_word(got)}, but memory "
                          f"{pred.memory_ms * 1e3:.3g} µs, compute {pred.compute_ms * 1e3:.3g} "
@@ -100,7 +101,7 @@ def check_classification(answers, launch_us: float, gpu: str = "H100-SXM") -> Fe
 def check_predicted_time(answer_us, work: intensity.Work, launch_us: float,
                          gpu: str = "H100-SXM") -> Feedback:
     """Exercise: the roofline's lower bound on ``work``'s time, in microseconds."""
-    pred = intensity.predict(work, hardware.lookup(gpu), launch_us=launch_us)
+    pred = prediction.predict(work, hardware.lookup(gpu), launch_us=launch_us)
     m, c, lu = pred.memory_ms * 1e3, pred.compute_ms * 1e3, pred.launch_ms * 1e3
     return check_number(
         f"predicted time of {work.op} [{work.shape}]", answer_us, pred.time_ms * 1e3, rel=0.03,

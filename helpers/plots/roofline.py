@@ -1,0 +1,114 @@
+"""Lesson 02's explorer: an op of your choice on the roofline of a GPU of your choice.
+
+The roofline itself is drawn by :func:`helpers.roofline.plot` (every lesson uses it);
+here an op's napkin math (:mod:`helpers.prediction`) is placed on it as a star.
+"""
+
+from __future__ import annotations
+
+from .. import hardware, prediction, roofline
+from ..intensity import Work
+from .explorer import Explorer, log_limits, readout_box
+
+# The intensities lesson 02 shows by default (FLOP/byte): from a copy to a large matmul.
+XLIM = (1 / 16, 8192)
+
+
+def draw_roofline_point(ax, gpu: hardware.GPUSpec, work: Work, launch_us: float,
+                        points=(), source: str = "") -> prediction.Prediction:
+    """The roofline of ``gpu`` with ``work`` placed at its predicted throughput.
+
+    The x axis spans :data:`XLIM`, widened when ``work`` or a measured point lies
+    beyond it (a 32768^3 bf16 matmul does 10,923 FLOP per byte)."""
+    pred = prediction.predict(work, gpu, launch_us=launch_us)
+    dtypes = tuple(dict.fromkeys([pred.peak_dtype, work.dtype]))
+    dtypes = tuple(d for d in dtypes if d in gpu.peak_tflops)
+    xs = [p.intensity for p in points] + ([work.intensity] if work.flops else [])
+    roofline.plot(gpu, dtypes=dtypes, points=points, ax=ax, source=source or None,
+                  xlim=log_limits(*XLIM, xs))
+    if work.flops:
+        ax.plot([work.intensity], [pred.tflops], "*", ms=18, color="C3", zorder=6,
+                label=f"{work.op} (predicted, launch included)")
+        ax.axvline(work.intensity, color="C3", lw=0.8, ls="--")
+        ax.legend(fontsize=7, loc="lower right")
+    return pred
+
+
+class RooflineExplorer(Explorer):
+    """Lesson 02: pick a GPU, a data type, an op and its size; see where it lands."""
+
+    figsize = (9, 5.5)
+
+    def __init__(self, launch_us: float, points=(), points_gpu: str | None = None,
+                 source: str = "", gpu: str = "H100-SXM", dtype: str = "bf16",
+                 op: str = "matmul", log2_size: int | None = None):
+        import ipywidgets as w
+
+        if gpu not in hardware.GPUS:
+            raise KeyError(f"{gpu!r} is not in helpers.hardware.GPUS: {', '.join(hardware.GPUS)}")
+        if op not in prediction.CATALOGUE:
+            raise KeyError(f"{op!r} is not an op of helpers.prediction.CATALOGUE: "
+                           f"{', '.join(prediction.CATALOGUE)}")
+        if dtype not in self._dtypes(gpu):
+            raise ValueError(f"the {gpu} has no {dtype!r} peak in the table; pick one of "
+                             f"{self._dtypes(gpu)}")
+        self.launch_us = float(launch_us)
+        self.points = tuple(points)
+        self.points_gpu = points_gpu
+        self.source = source
+        entry = prediction.CATALOGUE[op]
+        lo, hi = entry.log2_range
+        gpu_w = w.Dropdown(options=list(hardware.GPUS), value=gpu, description="GPU")
+        dtype_w = w.Dropdown(options=self._dtypes(gpu), value=dtype, description="dtype")
+        op_w = w.Dropdown(options=list(prediction.CATALOGUE), value=op, description="op")
+        size_w = w.IntSlider(value=log2_size if log2_size is not None else entry.log2_default,
+                             min=lo, max=hi, description="log2(size)", continuous_update=False)
+        self.size_label = w.Label(entry.size_label)
+        controls = {"gpu": gpu_w, "dtype": dtype_w, "op": op_w, "log2_size": size_w}
+        super().__init__(controls, [w.HBox([gpu_w, dtype_w]), w.HBox([op_w, size_w,
+                                                                         self.size_label])])
+
+    @staticmethod
+    def _dtypes(gpu_key: str) -> list[str]:
+        # Storage types this GPU can compute on; tf32 is an fp32 compute mode, not storage.
+        return [d for d in hardware.GPUS[gpu_key].peak_tflops if d != "tf32"]
+
+    def on_change(self, name: str, change: dict) -> None:
+        if name == "gpu":        # a T4 has no bf16: offer what this GPU computes on
+            dtype_w = self.controls["dtype"]
+            options = self._dtypes(change["new"])
+            keep = dtype_w.value if dtype_w.value in options else options[-1]
+            dtype_w.options = options
+            dtype_w.value = keep
+        elif name == "op":       # each op has its own range of sizes
+            entry = prediction.CATALOGUE[change["new"]]
+            size_w = self.controls["log2_size"]
+            lo, hi = entry.log2_range
+            size_w.min, size_w.max = min(lo, size_w.min), max(hi, size_w.max)  # widen first
+            size_w.value = entry.log2_default
+            size_w.min, size_w.max = lo, hi
+            self.size_label.value = entry.size_label
+
+    def prediction(self, gpu: str, dtype: str, op: str, log2_size: int) -> prediction.Prediction:
+        work = prediction.work_for(op, 2**log2_size, dtype)
+        return prediction.predict(work, hardware.GPUS[gpu], launch_us=self.launch_us)
+
+    def draw(self, ax, gpu: str, dtype: str, op: str, log2_size: int) -> str:
+        spec = hardware.GPUS[gpu]
+        work = prediction.work_for(op, 2**log2_size, dtype)
+        pts = self.points if (self.points_gpu is None or self.points_gpu == gpu) else ()
+        source = (f"datasheet roofs; star = napkin prediction with a {self.launch_us:.3g} µs "
+                  f"launch cost; squares: {self.source}" if pts else
+                  f"datasheet roofs; star = napkin prediction with a {self.launch_us:.3g} µs "
+                  "launch cost")
+        pred = draw_roofline_point(ax, spec, work, self.launch_us, points=pts, source=source)
+        ax.set_title(f"{op} on the {spec.name}")
+        ridge = spec.ridge_point(pred.peak_dtype)
+        text = (f"{work.op} [{work.shape}, {work.dtype}]\n"
+                f"{work.flops:.3g} FLOP, {work.nbytes:.3g} B -> {work.intensity:.3g} FLOP/B "
+                f"(ridge {ridge:.3g} on the {pred.peak_dtype} roof)\n"
+                f"memory {pred.memory_ms * 1e3:.3g} µs | compute {pred.compute_ms * 1e3:.3g} µs"
+                f" | launch {pred.launch_ms * 1e3:.3g} µs\n"
+                f"predicted >= {pred.time_ms * 1e3:.3g} µs: {pred.bound}-bound")
+        readout_box(ax, text)
+        return text

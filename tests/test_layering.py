@@ -1,0 +1,93 @@
+"""The import rules of helpers/README.md, checked on the source: kernels import only
+torch, triton and their few helpers; nothing that measures, grades or computes imports
+the plots; and the package has no import cycle (imports inside functions included)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "helpers"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _imports(name: str) -> set[str]:
+    """Every module ``name`` imports, anywhere in it, resolved to a module of the package
+    where it is one (``from . import finish`` in helpers.plots.fusion -> helpers.plots)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            found.update(f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target
+                         for a in node.names)
+    return found
+
+
+def _under(names, *prefixes) -> set[str]:
+    return {n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes)}
+
+
+KERNELS = sorted(n for n in MODULES if n.startswith("helpers.kernels."))
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_kernels_import_only_torch_triton_and_their_helpers(name):
+    allowed = {"helpers.runtime", "helpers.dtypes", "helpers.kernels"}
+    ours = _under(_imports(name), "helpers")
+    stray = {n for n in ours if n not in allowed and not n.startswith("helpers.kernels.")}
+    assert not stray, f"{name} imports {sorted(stray)}; kernels may import only {sorted(allowed)}"
+    gui = _under(_imports(name), "matplotlib", "ipywidgets", "IPython")
+    assert not gui, f"{name} imports {sorted(gui)}: kernels draw nothing"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(
+    ("helpers.kernels", "helpers.experiments", "helpers.grading")) or n in (
+    "helpers.runtime", "helpers.dtypes", "helpers.intensity", "helpers.prediction",
+    "helpers.hardware", "helpers.bench", "helpers.records", "helpers.launches",
+    "helpers.tile_plan")))
+def test_what_measures_computes_or_grades_never_imports_plots(name):
+    drawn = _under(_imports(name), "helpers.plots", "matplotlib", "ipywidgets")
+    assert not drawn, f"{name} imports {sorted(drawn)}: experiments measure, plots draw"
+
+
+def test_no_import_cycle():
+    graph = {n: {m for m in _imports(n) if m in MODULES and m != n} for n in MODULES}
+    # A package's __init__ importing its own submodules is how packages work, not a cycle.
+    for n in graph:
+        graph[n] = {m for m in graph[n] if not m.startswith(n + ".")}
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [n])
+
+
+def test_no_module_reaches_500_lines():
+    long = {n: len(p.read_text().splitlines()) for n, p in MODULES.items()
+            if not n.startswith("helpers.grading")}          # grading: see its own issue
+    assert all(v < 500 for v in long.values()), {n: v for n, v in long.items() if v >= 500}
