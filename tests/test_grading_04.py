@@ -20,7 +20,7 @@ import torch
 import helpers
 from helpers.grading import grader, registry
 from helpers.grading.assignments import keys_tiling, tiling
-from helpers.kernels import matmul as mm
+from helpers import intensity
 
 from planting import (assert_blank, assert_full_marks, assert_loses_exactly, edit,  # tests/planting.py
                       grade_plants, parts_of)
@@ -121,7 +121,7 @@ def test_the_assignment_is_registered_and_its_answers_come_from_the_napkin_math(
     assert registry.MODULES["04_tiling"] == "helpers.grading.assignments.tiling"
     assert SPEC.max_points == 15 and CPU_MAX == 12
     k = keys_tiling
-    assert k.INTENSITY == pytest.approx(mm.tile_intensity(64, 128, 32, torch.bfloat16))
+    assert k.INTENSITY == pytest.approx(intensity.tile_intensity(64, 128, 32, torch.bfloat16))
     assert k.SRAM == 5 * (64 * 32 + 32 * 128) * 2
 
 

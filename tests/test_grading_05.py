@@ -135,9 +135,9 @@ def test_napkin_checks_name_the_classic_slips_without_a_notebook():
 
 
 def rmsnorm_ops():
-    from helpers.kernels import rmsnorm
+    from helpers import intensity
 
-    return rmsnorm.eager_kernels(keys_fusion.M, keys_fusion.N, keys_fusion.BF16)
+    return intensity.residual_rmsnorm_eager_kernels(keys_fusion.M, keys_fusion.N, keys_fusion.BF16)
 
 
 @pytest.mark.gpu

@@ -2,7 +2,7 @@
 
 Instructor's side only: ``./course release`` leaves this module out and ships the values
 sealed (:mod:`helpers.grading.answers`). Every value comes from the course's napkin math
-(:mod:`helpers.kernels.rmsnorm`) and the committed probe record (the copy bandwidth
+(:mod:`helpers.intensity`) and the committed probe record (the copy bandwidth
 measured on the course's reference GPU), never from a typed-in number.
 """
 
@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import torch
 
-from ... import hardware, records
-from ...kernels import rmsnorm as rk
+from ... import hardware, intensity, records
+from ...dtypes import element_size
 
 M, N = 4096, 8192
 BF16 = torch.bfloat16
 TOLERANCE = 0.02                 # relative, for every napkin-math number
-S = rk.element_size(BF16)
+S = element_size(BF16)
 MN = M * N
-EAGER_BYTES = rk.bytes_moved("eager", M, N, BF16)
-FUSED_BYTES = rk.bytes_moved("fused", M, N, BF16)
+EAGER_BYTES = intensity.residual_rmsnorm(M, N, BF16, version="eager").nbytes
+FUSED_BYTES = intensity.residual_rmsnorm(M, N, BF16, version="fused").nbytes
 PREDICTED_SPEEDUP = EAGER_BYTES / FUSED_BYTES
-_EAGER_OPS = rk.eager_kernels(M, N, BF16)
+_EAGER_OPS = intensity.residual_rmsnorm_eager_kernels(M, N, BF16)
 
 
 def reference_copy_gbps() -> tuple[float, str]:
@@ -47,7 +47,7 @@ def answer_key() -> dict:
                                                "also reads its inputs from DRAM"),
             (EAGER_BYTES - conversions, "you skip the two .to() conversions: each is a kernel "
                                         "that reads the whole tensor and writes a copy"),
-            (rk.bytes_moved("torch", M, N, BF16), "you count add + F.rms_norm (PyTorch's "
+            (intensity.residual_rmsnorm(M, N, BF16, version="torch").nbytes, "you count add + F.rms_norm (PyTorch's "
                                                   "fused norm), not the eager version shown"),
             (EAGER_BYTES / 1e9, "you give gigabytes; the answer is in bytes"),
             (8 * EAGER_BYTES, "you count bits, not bytes")])

@@ -2,21 +2,21 @@
 
 Instructor's side only: ``./course release`` leaves this module out and ships the values
 sealed (:mod:`helpers.grading.answers`). Every value comes from the course's napkin math
-(:mod:`helpers.kernels.matmul`), never typed in.
+(:mod:`helpers.intensity`), never typed in.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ...kernels import matmul as mm
+from ... import intensity
 
 # Part 1: one tile of 64 x 128 outputs, BLOCK_K = 32, bf16, 5 pipeline stages.
 TILE = (64, 128, 32)
 TILE_DTYPE = torch.bfloat16
 TILE_STAGES = 5
-INTENSITY = mm.tile_intensity(*TILE, TILE_DTYPE)
-SRAM = mm.sram_bytes(*TILE, TILE_DTYPE, TILE_STAGES)
+INTENSITY = intensity.tile_intensity(*TILE, TILE_DTYPE)
+SRAM = intensity.sram_bytes(*TILE, TILE_DTYPE, TILE_STAGES)
 
 
 def answer_key() -> dict:

@@ -2,7 +2,7 @@
 
 Instructor's side only: ``./course release`` leaves this module out and ships the values
 sealed (:mod:`helpers.grading.answers`), so the student release holds no answer. Every
-value comes from the course's own napkin math (:mod:`helpers.kernels.vector_add`) and GPU
+value comes from the course's own napkin math (:mod:`helpers.intensity`) and GPU
 table (:mod:`helpers.hardware`), never typed in. The GPU is the table's H100 SXM;
 elementwise arithmetic runs on the CUDA cores, so its compute roof is the fp32 peak.
 """
@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from ... import hardware, roofline
-from ...kernels import vector_add as va
+from ... import hardware, intensity, roofline
+from ...dtypes import element_size
 
 GPU = hardware.GPUS["H100-SXM"]
 COMPUTE_ROOF = "fp32"          # elementwise arithmetic: CUDA cores
@@ -31,18 +31,18 @@ def _ms(nbytes: float) -> float:
 
 
 def _smallest_k(ridge: float, flops_per_fma: int = 2, write: bool = True) -> int:
-    bytes_per_element = va.bytes_moved(1, FP32) - (0 if write else va.element_size(FP32))
+    bytes_per_element = intensity.vector_add(1, FP32).nbytes - (0 if write else element_size(FP32))
     return math.ceil((ridge * bytes_per_element - 1) / flops_per_fma)
 
 
-FLOPS = va.flops(N)
-BYTES = va.bytes_moved(N, FP16)
+FLOPS = intensity.vector_add(N, FP16).flops
+BYTES = intensity.vector_add(N, FP16).nbytes
 INTENSITY = FLOPS / BYTES
 BOUND = roofline.bound(INTENSITY, GPU, COMPUTE_ROOF)
 MIN_TIME_MS = roofline.predicted_time_ms(FLOPS, BYTES, GPU, COMPUTE_ROOF)
-FP32_INTENSITY = va.intensity(N, FP32)
-INPLACE_INTENSITY = va.intensity(N, FP16)          # A += B: still read A, read B, write A
-THREE_INPUT_INTENSITY = va.intensity(N, FP16, n_inputs=3)
+FP32_INTENSITY = intensity.vector_add(N, FP32).intensity
+INPLACE_INTENSITY = intensity.vector_add(N, FP16).intensity          # A += B: still read A, read B, write A
+THREE_INPUT_INTENSITY = intensity.vector_add(N, FP16, n_inputs=3).intensity
 FMA_K = _smallest_k(RIDGE)
 # Only the FMA chain adds FLOPs without bytes: it alone can cross the ridge.
 COULD_CROSS = {"fma chain"}
@@ -57,12 +57,12 @@ def answer_key() -> dict:
                                         "FLOP (a fused multiply-add is the one that counts two)"),
                             (3 * FLOPS, "you count a FLOP per value moved: there is one "
                                         "addition per element of C")])
-    e = va.element_size(FP16)
+    e = element_size(FP16)
     values["1b"] = (BYTES, TOLERANCE, [
                             (2 * N * e, "you forget the write of C: C crosses the bus too, "
                                         "on its way back to DRAM"),
                             (8 * BYTES, "you count bits, not bytes (an fp16 value is 2 bytes)"),
-                            (va.bytes_moved(N, FP32), "you use 4 bytes per element: that is "
+                            (intensity.vector_add(N, FP32).nbytes, "you use 4 bytes per element: that is "
                                                       "fp32; fp16 is 2 bytes"),
                             (N * e, "you count one array only: A and B are read, C written"),
                             (BYTES / 1e9, "you give gigabytes; the answer is in bytes"),
@@ -90,7 +90,7 @@ def answer_key() -> dict:
                             (8 * MIN_TIME_MS, "you count bits, not bytes")])
     values["2a"] = (FP32_INTENSITY, TOLERANCE, [
                             (INTENSITY, "that is fp16: an fp32 value is 4 bytes"),
-                            (va.flops(N) / (2 * N * 4), "you forget the write of C")])
+                            (FLOPS / (2 * N * 4), "you forget the write of C")])
     values["2b"] = (INPLACE_INTENSITY, TOLERANCE, [
                             (FLOPS / (2 * N * 2), "in place still writes A back: read A, "
                                                   "read B, write A is three trips per element; "
