@@ -45,10 +45,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # What of the course a submission's kernel gets (top-level names of the repository).
 COURSE_ITEMS = ("helpers", "notebooks", "assignments", "README.md", "pyproject.toml",
                 "environment.yml", "course")
-# Never copied (glob patterns relative to the repository): hidden grading data that the
-# kernel must not read. Nothing yet: answer formulas, once they live in files of their
-# own, belong here (the kernel must then get its keys another way, e.g. sealed).
-HIDDEN: tuple[str, ...] = ()
+# Never copied (glob patterns relative to the repository) when the copy cannot be the
+# student release: the answer formulas (a notebook could import them and copy the answers).
+HIDDEN: tuple[str, ...] = ("helpers/grading/**/keys_*.py", "helpers/grading/keys_*.py",
+                           "helpers/grading/keys", "helpers/grading/build.py",
+                           "helpers/grading/release.py")
 MAX_NOTEBOOK_BYTES = 50 * 2**20   # a submitted file larger than this is refused unread
 
 TMP_MB = 1024            # the sandbox's /tmp
@@ -89,6 +90,21 @@ def _python_dirs() -> list[Path]:
     return out
 
 
+def extra_paths() -> list[str]:
+    """The grader's ``PYTHONPATH`` folders outside the course (packages an instructor
+    provides that way): bound read-only, and kept on the kernel's path."""
+    out = []
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        p = Path(entry) if entry else None
+        if p is None or not p.is_absolute() or not p.is_dir():
+            continue
+        p = p.resolve()
+        if p == REPO_ROOT or p.is_relative_to(REPO_ROOT) or p == Path("/"):
+            continue
+        out.append(str(p))
+    return out
+
+
 def _gpu_args() -> list[str]:
     args: list[str] = []
     for dev in sorted(Path("/dev").glob("nvidia*")):
@@ -107,18 +123,38 @@ def _gpu_args() -> list[str]:
 
 
 def course_copy() -> Path:
-    """The read-only copy of the course that every sandbox of this process shares."""
+    """The read-only copy of the course that every sandbox of this process shares: the
+    student release (:mod:`helpers.grading.release`: no solutions, answer formulas
+    replaced by sealed keys, so the notebook's ``check_*`` calls still answer), without
+    its tests. If the release cannot be written, a plain copy of :data:`COURSE_ITEMS`
+    without :data:`HIDDEN` (``check_*`` calls of graded numbers then fail in the kernel)."""
     global _copy
     with _lock:
         if _copy is not None and _copy.is_dir():
             return _copy
         root = Path(tempfile.mkdtemp(prefix="course-copy-"))
-        for name in COURSE_ITEMS:
-            src = REPO_ROOT / name
-            if src.is_dir():
-                shutil.copytree(src, root / name, symlinks=True, ignore=_ignore(src))
-            elif src.is_file():
-                shutil.copy2(src, root / name)
+        try:
+            from . import release
+
+            release.release(root / "c", repo=REPO_ROOT, log=lambda *a, **k: None)
+            (root / "c").rename(root / "r")
+            shutil.rmtree(root / "r" / "tests", ignore_errors=True)
+            root = root / "r"
+        except Exception as err:  # noqa: BLE001 - a plain copy, and say so
+            shutil.rmtree(root, ignore_errors=True)
+            root = Path(tempfile.mkdtemp(prefix="course-copy-"))
+            print(f"grader: the sandbox gets a plain copy of the course without answer "
+                  f"formulas (the student release failed: {type(err).__name__}: "
+                  f"{str(err)[:300]})", file=sys.stderr, flush=True)
+            for name in COURSE_ITEMS:
+                src = REPO_ROOT / name
+                if src.is_dir():
+                    shutil.copytree(src, root / name, symlinks=True, ignore=_ignore(src))
+                elif src.is_file():
+                    shutil.copy2(src, root / name)
+        import compileall   # read-only in the sandbox: compile once here, not in every kernel
+
+        compileall.compile_dir(root / "helpers", quiet=2, workers=1)
         for venv in _python_dirs():               # mount points for a venv inside the repo
             if venv.is_relative_to(REPO_ROOT) and venv != REPO_ROOT:
                 (root / venv.relative_to(REPO_ROOT)).mkdir(parents=True, exist_ok=True)
@@ -126,7 +162,7 @@ def course_copy() -> Path:
             if not p.is_symlink():
                 p.chmod(p.stat().st_mode & ~0o222)
         _copy = root
-        atexit.register(_remove_copy, root)
+        atexit.register(_remove_copy, root if root.name != "r" else root.parent)
         return root
 
 
@@ -134,7 +170,8 @@ def _ignore(src: Path):
     hidden = {p for pattern in HIDDEN for p in REPO_ROOT.glob(pattern)}
 
     def ignore(folder, names):
-        out = {n for n in names if n in (".ipynb_checkpoints", ".git") or n.endswith(".egg-info")}
+        out = {n for n in names if n in (".ipynb_checkpoints", ".git", "__pycache__")
+               or n.endswith(".egg-info")}
         out |= {n for n in names if Path(folder) / n in hidden}
         return out
 
@@ -164,6 +201,8 @@ def wrap(argv: list[str], *, scratch: str, sockets: str, gpu: bool) -> list[str]
     for d in _python_dirs():
         if not d.is_relative_to(REPO_ROOT):
             args += ["--ro-bind", str(d), str(d)]
+    for d in extra_paths():
+        args += ["--ro-bind", d, d]
     # The course copy at the course's path: `helpers` (editable install, PYTHONPATH)
     # resolves into it; the venv, if it lives in the repository, stays bound above it.
     args += ["--ro-bind", str(copy), str(REPO_ROOT)]

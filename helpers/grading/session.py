@@ -148,7 +148,8 @@ class Session:
                             f"{env.get('PATH', '/usr/bin:/bin')}")
         else:
             env = dict(os.environ)
-        path = env.get("PYTHONPATH", "") if not self.isolate else ""
+        path = (env.get("PYTHONPATH", "") if not self.isolate
+                else os.pathsep.join(sandbox.extra_paths()))
         env.update({
             "COURSE_MODE": self.mode,              # the grader's mode, not the kernel's guess
             "MPLBACKEND": "Agg",
