@@ -2,10 +2,13 @@
 
 For each notebook:
 
-1. Read it and copy it into a scratch folder. The learner's file is only ever read.
-2. Start a fresh kernel process there (:class:`~helpers.grading.session.Session`): memory
-   capped, ``COURSE_MODE`` set to the grader's mode, in CPU mode with every interpreted
-   kernel bounds-guarded (:func:`helpers.bounds.install`).
+1. Read it (a regular file only: links, FIFOs, devices and huge files are refused with a
+   reason) and copy it into a scratch folder. The learner's file is only ever read.
+2. Start a fresh kernel process there (:class:`~helpers.grading.session.Session`), in its
+   own sandbox where the machine allows (:mod:`helpers.grading.sandbox`: it sees a
+   read-only student copy of the course and its scratch folder, nothing of the grader,
+   other submissions or the grades); memory capped, ``COURSE_MODE`` set to the grader's
+   mode, in CPU mode with every interpreted kernel bounds-guarded (:func:`helpers.bounds.install`).
 3. Run its code cells in order, each with a time limit, the whole under a total limit.
    A cell that raises does not stop the run, as in "Run All" with errors allowed; a cell
    that hangs is interrupted; one that kills the kernel is skipped and the cells before
