@@ -25,9 +25,10 @@ Two questions the checks must answer about a learner's launcher, whatever it pri
   every tensor the kernel wrote when it finished (:meth:`Launch.written_by`), so a check
   can tell an output the kernel wrote from one filled in around it.
 
-In GPU mode the guard needs an interpreted kernel: :func:`interpreted` swaps a notebook's
-compiled kernels for interpreted twins while a check runs (tensors are copied to the host
-and back by the interpreter, so the guard sees exact-size host copies).
+In GPU mode the guard needs an interpreted kernel: :func:`interpreted` (from
+:mod:`helpers.interpreted`) swaps a notebook's compiled kernels for interpreted twins while
+a check runs (tensors are copied to the host and back by the interpreter, so the guard sees
+exact-size host copies).
 
 The lessons use it (lesson 03 shows a missing mask caught in the act) and so does the
 grader; it depends on nothing else in the course.
@@ -43,6 +44,8 @@ import inspect
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .interpreted import interpreted, notebook_kernels  # noqa: F401 - part of this API
 
 
 @dataclass
@@ -432,120 +435,3 @@ def install() -> None:
     stack = contextlib.ExitStack()
     stack.enter_context(_patched(True))
     _installed.append(stack)
-
-
-def notebook_kernels(namespace: dict) -> dict:
-    """The ``@triton.jit`` kernels defined in ``namespace`` (a notebook's globals), by name."""
-    from triton.runtime.jit import JITFunction
-
-    found = {}
-    for name, value in list(namespace.items()):
-        if isinstance(value, JITFunction) and getattr(value.fn, "__globals__", None) is namespace:
-            found[name] = value
-    return found
-
-
-@contextlib.contextmanager
-def interpreted(namespace: dict):
-    """Swap the notebook's compiled kernels for interpreted twins (GPU mode) while in the block.
-
-    A launcher finds its kernel by name in the notebook's globals, so replacing the
-    global is enough for it to launch the interpreted twin: same Python function, run by
-    the interpreter, where :func:`watch` can bounds-check every access. In CPU mode the
-    kernels are interpreted already and nothing changes.
-    """
-    from . import runtime
-
-    swapped = {}
-    snapshot = None
-    helpers_interpreted = contextlib.ExitStack()
-    if runtime.is_gpu():
-        from triton.runtime.interpreter import InterpretedFunction
-
-        for name, kernel in notebook_kernels(namespace).items():
-            swapped[name] = kernel
-            namespace[name] = InterpretedFunction(kernel.fn)
-        snapshot = _language_snapshot() if swapped else None
-        if swapped:
-            helpers_interpreted.enter_context(_device_functions_interpreted())
-    try:
-        with helpers_interpreted:
-            yield sorted(swapped)
-    finally:
-        for name, kernel in swapped.items():
-            namespace[name] = kernel
-        if snapshot is not None:
-            _language_restore(snapshot)
-
-
-@contextlib.contextmanager
-def _device_functions_interpreted():
-    """Let an interpreted twin call Triton's own ``@triton.jit`` helpers, in GPU mode.
-
-    On a GPU, helpers of ``triton.language`` such as ``tl.sum``, ``tl.zeros`` or
-    ``tl.cdiv`` are compiled-kernel functions (``JITFunction``), which refuse a call from
-    Python ("Cannot call @triton.jit'd outside of the scope of a kernel"). While this block
-    runs, such a call goes to the helper's interpreted twin instead, as in CPU mode.
-    """
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    twins: dict = {}
-    had_own = "__call__" in vars(JITFunction)
-    original = vars(JITFunction).get("__call__")
-
-    def call(self, *args, **kwargs):
-        twin = twins.get(id(self))      # by id: hashing a JITFunction parses its source
-        if twin is None:
-            twin = twins[id(self)] = InterpretedFunction(self.fn)
-        return twin(*args, **kwargs)
-
-    JITFunction.__call__ = call
-    try:
-        yield
-    finally:
-        if had_own:
-            JITFunction.__call__ = original
-        else:
-            del JITFunction.__call__
-
-
-def _language_objects():
-    import triton.language as tl
-
-    objs = [tl, tl.core, tl.tensor, tl.core.tensor]
-    for extra in ("math", "standard", "semantic", "random", "extra"):
-        mod = getattr(tl, extra, None)
-        if mod is not None:
-            objs.append(mod)
-    return list({id(o): o for o in objs}.values())
-
-
-def _language_snapshot():
-    """The attributes of triton.language, to undo the interpreter's patches exactly.
-
-    Running a kernel in the interpreter swaps ``tl.load`` and friends for interpreted
-    versions. Recent Triton puts them back afterwards; older ones leave them in place,
-    and the next *compiled* kernel would then be built by the interpreter's functions.
-    Restoring a snapshot is correct either way.
-    """
-    return [(obj, dict(vars(obj))) for obj in _language_objects()]
-
-
-def _language_restore(snapshot) -> None:
-    for obj, saved in snapshot:
-        for name in list(vars(obj)):
-            if name not in saved:
-                try:
-                    delattr(obj, name)
-                except (AttributeError, TypeError):
-                    pass
-        for name, value in saved.items():
-            if vars(obj).get(name, _MISSING) is not value:
-                try:
-                    setattr(obj, name, value)
-                except (AttributeError, TypeError):
-                    pass
-
-
-_MISSING = object()

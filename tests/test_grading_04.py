@@ -128,7 +128,8 @@ def test_the_assignment_is_registered_and_its_answers_come_from_the_napkin_math(
 def test_napkin_checks_name_the_classic_slips_without_a_notebook():
     right = {"tile_intensity": keys_tiling.INTENSITY, "tile_sram_bytes": keys_tiling.SRAM}
     assert all(tiling.check_napkin_math(right))
-    wrong = {"tile_intensity": 8 * keys_tiling.INTENSITY, "tile_sram_bytes": keys_tiling.SRAM // 4}
+    wrong = {"tile_intensity": 8 * keys_tiling.INTENSITY,
+             "tile_sram_bytes": keys_tiling.SRAM // keys_tiling.TILE_STAGES}
     fb = {f.part[:2]: f for f in tiling.check_napkin_math(wrong)}
     assert not fb["1a"].passed and "bits vs bytes" in fb["1a"].message
     assert "one stage" in fb["1b"].message

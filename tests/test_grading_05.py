@@ -80,11 +80,12 @@ PLANTS = {
     "syntax_error_in_kernel": (
         _edit([("mask = cols < n_cols\n", "mask = cols < n_cols)\n")]),
         {"2a": "SyntaxError", "2b": "SyntaxError"}),
-    # Right on every ordinary row; NaN only where h is all zeros (x = -residual).
+    # Right on every ordinary row; wrong only on the edge rows: NaN where h is all zeros
+    # (x = -residual), off on rows of one small element.
     "eps_outside_the_rsqrt": (
         _edit([("inv_rms = tl.rsqrt(tl.sum(hf * hf, axis=0) / n_cols + eps)",
                 "inv_rms = tl.rsqrt(tl.sum(hf * hf, axis=0) / n_cols) + eps")]),
-        {"2a": "zero row"}),
+        {"2a": "eps belongs inside the square root"}),
     # A kernel that stores nothing, launched once; torch writes the outputs around it.
     "torch_results_around_an_idle_kernel": (
         _edit([(LAUNCH, LAUNCH.replace("return h, y", "h.copy_(x + residual)\n    y.copy_(rmsnorm.residual_rmsnorm_reference(x, residual, weight, eps)[1])\n    return h, y")),

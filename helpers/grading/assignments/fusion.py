@@ -158,6 +158,9 @@ class ResidualRMSNorm(harness.KernelTask):
                 hint = "h must be x + residual, rounded to the input dtype"
             elif case.params["rows"] != "randn":
                 hint = _edge_hint(case.params["rows"])
+            elif case.params["shape"][1] == 1:
+                hint = ("on rows of one element y = h * rsqrt(h^2 + eps) * weight, which is "
+                        "+-weight only where |h| is large: eps belongs inside the square root")
             else:
                 hint = _diagnose_y(got[1], want[1], got[0], w)
             return f"{first}. {hint}"
