@@ -233,10 +233,11 @@ def test_the_release_checks_judge_right_and_wrong_answers(real_release):
         a = registry.get("03_vector_add_intensity")
         mod = __import__(registry.MODULES[a.name], fromlist=["x"])
         values = {values!r}
-        numbers = {{k: v for k, v in values.items() if not isinstance(v[0], (str, list))}}
-        names = {{p.key: p.names[0] for p in a.parts if p.key in numbers}}
-        right = {{names[k]: v[0] for k, v in numbers.items() if k in names}}
-        wrong = {{names[k]: v[0] * 8 for k, v in numbers.items() if k in names}}
+        names = {{p.key: p.names[0] for p in a.parts if p.key in values}}
+        other = {{"memory": "compute", "compute": "memory"}}      # the wrong choice
+        right = {{names[k]: v[0] for k, v in values.items() if k in names}}
+        wrong = {{names[k]: other[v[0]] if isinstance(v[0], str) else v[0] * 8
+                  for k, v in values.items() if k in names}}
         print(json.dumps([[fb.passed, fb.message] for fb in mod.check_napkin_math(right)]
                          + [[fb.passed, fb.message] for fb in mod.check_napkin_math(wrong)]))
     """)

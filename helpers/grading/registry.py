@@ -373,20 +373,22 @@ class UnreadableResults(ValueError):
 
 
 def read_results(path) -> dict:
-    """Raw results saved by :func:`collect_to_file`, read as data only (no code runs)."""
-    import os
+    """Raw results saved by :func:`collect_to_file`, read as data only (no code runs).
 
+    The file lies in the submission's scratch folder: it is opened as a regular file only
+    (never a link, a FIFO or a device a notebook may have put there), its size capped,
+    then unpickled from memory with ``weights_only=True``.
+    """
     import torch
 
+    from .sandbox import Refused, read_regular_file
+
     try:
-        size = os.stat(path).st_size
-    except OSError as err:
-        raise UnreadableResults(f"no results were written ({err.strerror})") from None
-    if size > MAX_RAW_BYTES:
-        raise UnreadableResults(f"the results are {size:,} bytes, over the limit of "
-                                f"{MAX_RAW_BYTES:,}")
+        data = read_regular_file(path, MAX_RAW_BYTES)
+    except Refused as err:
+        raise UnreadableResults(f"the results file was refused: {err}") from None
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        data = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - anything but our own data
         raise UnreadableResults(f"the results could not be read as data "
                                 f"({type(err).__name__})") from None
