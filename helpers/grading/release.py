@@ -64,9 +64,13 @@ class ReleaseError(RuntimeError):
 def _listed(repo: Path) -> list[str]:
     """The course's files: git's tracked and not-ignored ones, or every file without git."""
     if (repo / ".git").exists():
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                              "--exclude-standard"], cwd=repo, capture_output=True, check=True)
-        return sorted({p for p in out.stdout.decode().split("\0") if p})
+        try:
+            out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                  "--exclude-standard"], cwd=repo, capture_output=True,
+                                 check=True)
+            return sorted({p for p in out.stdout.decode().split("\0") if p})
+        except (OSError, subprocess.CalledProcessError):
+            pass                   # no git on this machine (a GPU box), or not a repository
     return sorted(str(p.relative_to(repo)) for p in repo.rglob("*")
                   if not any(part in (".git", ".venv") for part in p.relative_to(repo).parts))
 
