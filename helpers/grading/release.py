@@ -173,7 +173,10 @@ def instructor_keys(repo: Path = REPO) -> dict:
     """``{assignment: {"module", "formulas", "source", "values"}}`` of the course at ``repo``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "keys.json"
-        env = dict(os.environ, PYTHONPATH=str(repo), COURSE_MODE="cpu", MPLBACKEND="Agg")
+        # The mode is the machine's: the keys run no kernel, and a GPU machine's Triton may
+        # be one whose interpreter CPU mode refuses.
+        path = os.pathsep.join([str(repo), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = dict(os.environ, PYTHONPATH=path, MPLBACKEND="Agg")
         run = subprocess.run([sys.executable, "-c", _READ_KEYS, str(out)], cwd=repo, env=env,
                              capture_output=True, text=True, timeout=600)
         if run.returncode:
