@@ -377,8 +377,8 @@ class Verdict:
         """Every load and store of the notebook's kernel stayed inside its tensors."""
         if self.not_implemented:
             return not_implemented(part)
-        if self.unwatched:
-            return Feedback(part, False, self.unwatched, status="error")
+        if self.unwatched:     # this machine's limit, not the learner's: left out of the score
+            return Feedback(part, False, self.unwatched, status="not checked here")
         if not self.ran_own_kernel:
             return Feedback(part, False, "no kernel of yours ran, so nothing to check: "
                             f"{self.trials[0].problem}")

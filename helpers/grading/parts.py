@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import registry
 from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
-                     PartResult)
+                     UNCHECKED, PartResult)
 
 ANSWERS = registry.ANSWERS     # the collection of every napkin-math answer
 
@@ -194,7 +194,7 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
             continue
         if part.after:
             first = [results[p.key] for p in spec.unit(part.after) if p.key in results]
-            failed = [r for r in first if r.status not in (PASSED, NEEDS_GPU)]
+            failed = [r for r in first if r.status not in (PASSED, NEEDS_GPU, UNCHECKED)]
             if failed:
                 status = NOT_IMPLEMENTED if all(r.status == NOT_IMPLEMENTED for r in failed) \
                     else FAILED

@@ -17,6 +17,9 @@ from pathlib import Path
 # Part statuses, in the words the reports use.
 PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
 NEEDS_GPU, ERROR, TIMED_OUT, CRASHED = "needs a GPU", "error", "timed out", "crashed"
+# This machine cannot grade the part (its Triton cannot watch a kernel, say): like a part
+# that needs a GPU in CPU mode, it is left out of the score and the maximum, and says why.
+UNCHECKED = "not checked here"
 
 
 @dataclass
@@ -31,7 +34,7 @@ class PartResult:
 
     @property
     def counted(self) -> bool:
-        return self.status != NEEDS_GPU
+        return self.status not in (NEEDS_GPU, UNCHECKED)
 
 
 @dataclass
@@ -189,7 +192,8 @@ def write_gradebook(reports: list[Report], path: Path) -> Path:
             w.writerow([r.student, r.notebook, r.assignment, r.mode,
                         *((_n(r.score), _n(r.max_score), f"{r.percent:.1f}") if graded
                           else ("", "", "")),
-                        *[(_n(by_key[k].points) if by_key[k].counted else "GPU")
+                        *[(_n(by_key[k].points) if by_key[k].counted else
+                           "GPU" if by_key[k].status == NEEDS_GPU else "n/a")
                           if k in cells else "" for k in keys],
                         "; ".join(notes), r.isolation])
     return path
