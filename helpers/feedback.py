@@ -52,31 +52,14 @@ def _number(x: float) -> str:
     return f"{x:,.0f}" if x == int(x) and abs(x) < 1e7 else f"{x:.4g}"
 
 
-def _matches(expected, value: float, rel: float) -> bool:
-    """``value`` within ``rel`` of ``expected``: a number, or a key entry with ``matches``
-    (the student release keeps sealed answers, see :mod:`helpers.grading.answers`)."""
-    if hasattr(expected, "matches"):
-        return bool(expected.matches(value))
-    return _close(value, expected, rel)
-
-
 # Slips of scale a wrong number often shows: (factor, what it suggests).
 _SCALES = ((8, "8 (bits vs bytes?)"), (1e3, "1000 (a unit prefix?)"),
            (1e6, "a million (a unit prefix?)"), (1e9, "a billion (a unit prefix?)"),
            (1024**3 / 1e9, "1.074 (GiB vs GB?)"))
 
 
-def check_number(part: str, got, expected, *, rel: float = 0.02, unit: str = "",
-                 mistakes=(), hint: str = "", reveal: bool = True) -> Feedback:
-    """Accept ``got`` within ``rel`` (relative) of ``expected``.
-
-    ``mistakes`` lists ``(value, description)`` pairs: a ``got`` close to one of those
-    values gets the description ("you counted bits, not bytes") in its message.
-
-    ``reveal=False`` is for graded parts: the message names the mistake and gives the
-    hint but never the expected value, nor how far off the answer is (which would give
-    it away). Lesson exercises reveal it.
-    """
+def _read_number(part: str, got, unit: str) -> float | Feedback:
+    """``got`` as a finite float, or the Feedback that says why it is not one."""
     u = f" {unit}" if unit else ""
     if got is None or got is Ellipsis:
         return Feedback(part, False, f"no answer yet: set it to a number in{u or ' the stated unit'}",
@@ -89,25 +72,41 @@ def check_number(part: str, got, expected, *, rel: float = 0.02, unit: str = "",
         return Feedback(part, False, f"expected a single number{u}, got {got!r}")
     if math.isnan(value) or math.isinf(value):
         return Feedback(part, False, f"got {value}; expected a finite number{u}")
-    if _matches(expected, value, rel):
-        return Feedback(part, True, f"{_number(value)}{u} is right")
-    for wrong, description in mistakes:
-        if _matches(wrong, value, rel):
-            said = f"{_number(value)}{u} is what you get if {description}"
-            if reveal:
-                said += f"; expected {_number(expected)}{u}"
-            return Feedback(part, False, said)
-    scale = ""
+    return value
+
+
+def _scale_slip(matches, value: float) -> str:
+    """" Your answer is the expected one times 8 (bits vs bytes?)", if ``matches`` says so."""
+    slip = ""
     for factor, name in _SCALES:
         for r, word in ((factor, "times"), (1 / factor, "divided by")):
-            if _matches(expected, value / r, rel):
-                scale = f" Your answer is the expected one {word} {name}"
-    if reveal:
-        off = (value - expected) / expected if expected else float("inf")
-        text = (f"{_number(value)}{u} is off by {off:+.1%} (expected {_number(expected)}{u}, "
-                f"tolerance {rel * 100:.3g}%).{scale}")
-    else:
-        text = f"{_number(value)}{u} is not right (within {rel * 100:.3g}%).{scale}"
+            if matches(value / r):
+                slip = f" Your answer is the expected one {word} {name}"
+    return slip
+
+
+def check_number(part: str, got, expected: float, *, rel: float = 0.02, unit: str = "",
+                 mistakes: list[tuple[float, str]] = (), hint: str = "") -> Feedback:
+    """Accept ``got`` within ``rel`` (relative) of ``expected`` (lesson exercises: the
+    message may show the expected value; graded parts use :func:`graded_number`).
+
+    ``mistakes`` lists ``(value, description)`` pairs: a ``got`` close to one of those
+    values gets the description ("you counted bits, not bytes") in its message.
+    """
+    u = f" {unit}" if unit else ""
+    value = _read_number(part, got, unit)
+    if isinstance(value, Feedback):
+        return value
+    if _close(value, expected, rel):
+        return Feedback(part, True, f"{_number(value)}{u} is right")
+    for wrong, description in mistakes:
+        if _close(value, wrong, rel):
+            return Feedback(part, False, f"{_number(value)}{u} is what you get if {description}; "
+                            f"expected {_number(expected)}{u}")
+    off = (value - expected) / expected if expected else float("inf")
+    scale = _scale_slip(lambda v: _close(v, expected, rel), value)
+    text = (f"{_number(value)}{u} is off by {off:+.1%} (expected {_number(expected)}{u}, "
+            f"tolerance {rel * 100:.3g}%).{scale}")
     if hint:
         text += f" Hint: {hint}"
     return Feedback(part, False, text)
@@ -142,27 +141,15 @@ def graded_number(part: str, got, answer, *, unit: str = "", hint: str = "") -> 
     and ``expected``, the same in the instructor's course and in a student release.
     """
     u = f" {unit}" if unit else ""
-    if got is None or got is Ellipsis:
-        return Feedback(part, False, f"no answer yet: set it to a number in{u or ' the stated unit'}",
-                        status="not implemented")
-    if isinstance(got, bool) or not isinstance(got, (int, float)) and not hasattr(got, "__float__"):
-        return Feedback(part, False, f"expected a number{u}, got {type(got).__name__} {got!r}")
-    try:
-        value = float(got)
-    except (TypeError, ValueError):
-        return Feedback(part, False, f"expected a single number{u}, got {got!r}")
-    if math.isnan(value) or math.isinf(value):
-        return Feedback(part, False, f"got {value}; expected a finite number{u}")
+    value = _read_number(part, got, unit)
+    if isinstance(value, Feedback):
+        return value
     if answer.matches(value):
         return Feedback(part, True, f"{_number(value)}{u} is right")
     slip = answer.mistake(value)
     if slip:
         return Feedback(part, False, f"{_number(value)}{u} is what you get if {slip}")
-    scale = ""
-    for factor, name in _SCALES:
-        for r, word in ((factor, "times"), (1 / factor, "divided by")):
-            if answer.expected.matches(value / r):
-                scale = f" Your answer is the expected one {word} {name}"
+    scale = _scale_slip(answer.expected.matches, value)
     text = f"{_number(value)}{u} is not right (within {answer.rel * 100:.3g}%).{scale}"
     if hint:
         text += f" Hint: {hint}"

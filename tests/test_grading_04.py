@@ -22,8 +22,8 @@ from helpers.grading import grader, registry
 from helpers.grading.assignments import keys_tiling, tiling
 from helpers import intensity
 
-from planting import (assert_blank, assert_full_marks, assert_loses_exactly, edit,  # tests/planting.py
-                      grade_plants, parts_of)
+from planting import (assert_blank, assert_full_marks,  # tests/planting.py
+                      assert_loses_exactly, edit, grade_plants, parts_of)
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "04_tiling.ipynb"

@@ -19,8 +19,8 @@ import helpers
 from helpers.grading import grader, registry
 from helpers.grading.assignments import fusion, keys_fusion
 
-from planting import (assert_blank, assert_full_marks, assert_loses_exactly, edit,  # tests/planting.py
-                      grade_plants, parts_of)
+from planting import (assert_blank, assert_full_marks,  # tests/planting.py
+                      assert_loses_exactly, edit, grade_plants, parts_of)
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "05_fusion.ipynb"
@@ -39,6 +39,10 @@ KERNEL_STORE = "tl.store(y_ptr + offsets, (hf * inv_rms * w).to(y_ptr.dtype.elem
 LAUNCH = ("residual_rmsnorm_kernel[(M,)](x, residual, weight, h, y, N, eps,\n"
           "                                  BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)\n"
           "    return h, y")
+
+TORCH_FILLS = ("h.copy_(x + residual)\n"
+               "    y.copy_(rmsnorm.residual_rmsnorm_reference(x, residual, weight, eps)[1])\n"
+               "    return h, y")
 
 # name -> (how to plant it, {part: words its message must contain}); every other part
 # must keep its full points.
@@ -88,9 +92,9 @@ PLANTS = {
         {"2a": "eps belongs inside the square root"}),
     # A kernel that stores nothing, launched once; torch writes the outputs around it.
     "torch_results_around_an_idle_kernel": (
-        _edit([(LAUNCH, LAUNCH.replace("return h, y", "h.copy_(x + residual)\n    y.copy_(rmsnorm.residual_rmsnorm_reference(x, residual, weight, eps)[1])\n    return h, y")),
+        _edit([(LAUNCH, LAUNCH.replace("return h, y", TORCH_FILLS)),
                ("    tl.store(h_ptr + offsets, h, mask=mask)\n", ""),
-               ("    tl.store(y_ptr + offsets, (hf * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)\n", "")]),
+               (f"    {KERNEL_STORE}\n", "")]),
         {"2a": "never stored by your kernel", "2b": "did not write the output"}),
 }
 

@@ -267,6 +267,16 @@ def caller_namespace(namespace: dict | None) -> dict:
     return namespace if namespace is not None else sys._getframe(2).f_globals
 
 
+def check_function(assignment: Assignment, keys: tuple[str, ...], doc: str):
+    """The ``check_*`` function a notebook calls for the parts ``keys``: with no argument it
+    checks the names the learner's notebook defined, and prints one line per part."""
+    def check(namespace: dict | None = None) -> Results:
+        return run_checks(assignment, keys, caller_namespace(namespace))
+
+    check.__doc__ = doc
+    return check
+
+
 NOTEBOOK_SEED = 0   # in the notebook the inputs are the same on every call
 # Verdicts this machine cannot give: they cost no points and block nothing.
 WAITING = ("needs a GPU", "not checked here")

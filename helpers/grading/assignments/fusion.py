@@ -26,7 +26,7 @@ from ...feedback import Feedback, graded_number
 from ...kernels import rmsnorm as rk
 from .. import answers, harness
 from ..gpu import gpu_lock
-from ..registry import Assignment, Part, answer, caller_namespace, run_checks
+from ..registry import Assignment, Part, answer, check_function
 
 M, N = 4096, 8192
 BF16 = torch.bfloat16
@@ -285,17 +285,11 @@ ASSIGNMENT = Assignment(
     ),
 )
 
+check_napkin_math = check_function(ASSIGNMENT, ("1a", "1b", "1c", "1d"),
+    "Part 1: ``eager_bytes``, ``fused_bytes``, ``predicted_speedup``, ``predicted_ms``.")
 
-def check_napkin_math(namespace: dict | None = None):
-    """Part 1: ``eager_bytes``, ``fused_bytes``, ``predicted_speedup``, ``predicted_ms``."""
-    return run_checks(ASSIGNMENT, ("1a", "1b", "1c", "1d"), caller_namespace(namespace))
+check_kernel = check_function(ASSIGNMENT, ("2a", "2b"),
+    "Part 2: ``residual_rmsnorm`` on awkward shapes, dtypes and edge rows, bounds-checked.")
 
-
-def check_kernel(namespace: dict | None = None):
-    """Part 2: ``residual_rmsnorm`` on awkward shapes, dtypes and edge rows, bounds-checked."""
-    return run_checks(ASSIGNMENT, ("2a", "2b"), caller_namespace(namespace))
-
-
-def check_speed(namespace: dict | None = None):
-    """Part 3: timed against the eager version (GPU mode; pending on a CPU)."""
-    return run_checks(ASSIGNMENT, ("3a", "3b"), caller_namespace(namespace))
+check_speed = check_function(ASSIGNMENT, ("3a", "3b"),
+    "Part 3: timed against the eager version (GPU mode; pending on a CPU).")

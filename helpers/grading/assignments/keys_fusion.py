@@ -47,8 +47,8 @@ def answer_key() -> dict:
                                                "also reads its inputs from DRAM"),
             (EAGER_BYTES - conversions, "you skip the two .to() conversions: each is a kernel "
                                         "that reads the whole tensor and writes a copy"),
-            (intensity.residual_rmsnorm(M, N, BF16, version="torch").nbytes, "you count add + F.rms_norm (PyTorch's "
-                                                  "fused norm), not the eager version shown"),
+            (intensity.residual_rmsnorm(M, N, BF16, version="torch").nbytes,
+             "you count add + F.rms_norm (PyTorch's fused norm), not the eager version shown"),
             (EAGER_BYTES / 1e9, "you give gigabytes; the answer is in bytes"),
             (8 * EAGER_BYTES, "you count bits, not bytes")])
     values["1b"] = (FUSED_BYTES, TOLERANCE, [

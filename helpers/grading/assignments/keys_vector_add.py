@@ -41,7 +41,8 @@ INTENSITY = FLOPS / BYTES
 BOUND = roofline.bound(INTENSITY, GPU, COMPUTE_ROOF)
 MIN_TIME_MS = roofline.predicted_time_ms(FLOPS, BYTES, GPU, COMPUTE_ROOF)
 FP32_INTENSITY = intensity.vector_add(N, FP32).intensity
-INPLACE_INTENSITY = intensity.vector_add(N, FP16).intensity          # A += B: still read A, read B, write A
+# A += B: still read A, read B, write A
+INPLACE_INTENSITY = intensity.vector_add(N, FP16).intensity
 THREE_INPUT_INTENSITY = intensity.vector_add(N, FP16, n_inputs=3).intensity
 FMA_K = _smallest_k(RIDGE)
 # Only the FMA chain adds FLOPs without bytes: it alone can cross the ridge.
@@ -62,7 +63,8 @@ def answer_key() -> dict:
                             (2 * N * e, "you forget the write of C: C crosses the bus too, "
                                         "on its way back to DRAM"),
                             (8 * BYTES, "you count bits, not bytes (an fp16 value is 2 bytes)"),
-                            (intensity.vector_add(N, FP32).nbytes, "you use 4 bytes per element: that is "
+                            (intensity.vector_add(N, FP32).nbytes,
+                             "you use 4 bytes per element: that is "
                                                       "fp32; fp16 is 2 bytes"),
                             (N * e, "you count one array only: A and B are read, C written"),
                             (BYTES / 1e9, "you give gigabytes; the answer is in bytes"),

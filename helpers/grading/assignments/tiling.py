@@ -30,7 +30,7 @@ from ...feedback import Feedback, graded_number, not_implemented
 from ...kernels import matmul as mm
 from .. import answers, harness
 from ..gpu import gpu_lock
-from ..registry import Assignment, Part, answer, caller_namespace, run_checks
+from ..registry import Assignment, Part, answer, check_function
 
 FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
 
@@ -345,7 +345,8 @@ def measure_speed(fn, n: int = SPEED_N, dtype=FP16) -> dict:
         yours = bench.time_ms(lambda: fn(a, b))
         cublas = bench.time_ms(lambda: torch.matmul(a, b))
     flops = intensity.matmul(n, n, n, dtype).flops
-    return {"ok": ok, "max_abs_error": err, "yours_ms": yours, "cublas_ms": cublas, "ratio": cublas / yours,
+    return {"ok": ok, "max_abs_error": err, "yours_ms": yours, "cublas_ms": cublas,
+            "ratio": cublas / yours,
             "yours_tflops": bench.tflops(flops, yours),
             "cublas_tflops": bench.tflops(flops, cublas),
             "gpu": torch.cuda.get_device_name()}
@@ -395,17 +396,11 @@ ASSIGNMENT = Assignment(
     ),
 )
 
+check_napkin_math = check_function(ASSIGNMENT, ("1a", "1b"),
+    "Part 1: ``tile_intensity`` and ``tile_sram_bytes``.")
 
-def check_napkin_math(namespace: dict | None = None):
-    """Part 1: ``tile_intensity`` and ``tile_sram_bytes``."""
-    return run_checks(ASSIGNMENT, ("1a", "1b"), caller_namespace(namespace))
+check_kernel = check_function(ASSIGNMENT, ("2a", "2b", "2c", "2d"),
+    "Part 2: ``matmul`` on awkward shapes, strided inputs, bounds and fp32 accumulation.")
 
-
-def check_kernel(namespace: dict | None = None):
-    """Part 2: ``matmul`` on awkward shapes, strided inputs, bounds and fp32 accumulation."""
-    return run_checks(ASSIGNMENT, ("2a", "2b", "2c", "2d"), caller_namespace(namespace))
-
-
-def check_speed(namespace: dict | None = None):
-    """Part 3: speed against torch.matmul at 4096^3 fp16 (GPU mode; pending on a CPU)."""
-    return run_checks(ASSIGNMENT, ("3",), caller_namespace(namespace))
+check_speed = check_function(ASSIGNMENT, ("3",),
+    "Part 3: speed against torch.matmul at 4096^3 fp16 (GPU mode; pending on a CPU).")

@@ -30,7 +30,7 @@ from ... import hardware
 from ...feedback import Feedback, graded_choice, graded_number, needs_gpu
 from .. import answers, harness
 from ..gpu import gpu_lock
-from ..registry import Assignment, Part, answer, caller_namespace, finite, run_checks
+from ..registry import Assignment, Part, answer, check_function, finite
 
 GPU = hardware.GPUS["H100-SXM"]
 COMPUTE_ROOF = "fp32"          # elementwise arithmetic: CUDA cores
@@ -53,15 +53,18 @@ KEY = answers.load_key("03_vector_add_intensity", "helpers.grading.assignments.k
 
 
 def _flops(ns):
-    return graded_number("1a FLOPs", answer(ns, "add_flops"), KEY["1a"], unit="FLOP", hint="one addition per element of C.")
+    return graded_number("1a FLOPs", answer(ns, "add_flops"), KEY["1a"], unit="FLOP",
+                         hint="one addition per element of C.")
 
 
 def _bytes(ns):
-    return graded_number("1b bytes moved", answer(ns, "add_bytes"), KEY["1b"], unit="bytes", hint="read A, read B, write C, each N elements of 2 bytes.")
+    return graded_number("1b bytes moved", answer(ns, "add_bytes"), KEY["1b"], unit="bytes",
+                         hint="read A, read B, write C, each N elements of 2 bytes.")
 
 
 def _intensity(ns):
-    return graded_number("1c intensity", answer(ns, "add_intensity"), KEY["1c"], unit="FLOP/byte", hint="FLOPs divided by bytes moved.")
+    return graded_number("1c intensity", answer(ns, "add_intensity"), KEY["1c"],
+                         unit="FLOP/byte", hint="FLOPs divided by bytes moved.")
 
 
 def _bound(ns):
@@ -76,8 +79,8 @@ def _bound(ns):
 
 def _min_time(ns):
     return graded_number("1e minimum time", answer(ns, "add_min_time_ms"), KEY["1e"],
-                        unit="ms", hint=f"bytes / bandwidth ({GPU.hbm_bandwidth_gbs:,.0f} GB/s = "
-                             f"{GPU.hbm_bandwidth_gbs:g} x 10^9 bytes/s), in ms.")
+                         unit="ms", hint=f"bytes / bandwidth ({GPU.hbm_bandwidth_gbs:,.0f} GB/s = "
+                                        f"{GPU.hbm_bandwidth_gbs:g} x 10^9 bytes/s), in ms.")
 
 
 # ------------------------------------------------------------------------------------
@@ -87,22 +90,23 @@ def _min_time(ns):
 
 def _fp32(ns):
     return graded_number("2a fp32 intensity", answer(ns, "fp32_intensity"), KEY["2a"],
-                        unit="FLOP/byte", )
+                         unit="FLOP/byte")
 
 
 def _inplace(ns):
     return graded_number("2b in-place intensity", answer(ns, "inplace_intensity"),
-                        KEY["2b"], unit="FLOP/byte", )
+                         KEY["2b"], unit="FLOP/byte")
 
 
 def _three(ns):
     return graded_number("2c three-input intensity", answer(ns, "three_input_intensity"),
-                        KEY["2c"], unit="FLOP/byte", )
+                         KEY["2c"], unit="FLOP/byte")
 
 
 def _fma(ns):
     return graded_number("2d FMAs to cross the ridge", answer(ns, "fma_chain_k"), KEY["2d"],
-                        unit="FMAs per element", hint=f"(1 + 2k) FLOPs per 12 bytes must reach {RIDGE:.0f} FLOP/byte.")
+                         unit="FMAs per element",
+                         hint=f"(1 + 2k) FLOPs per 12 bytes must reach {RIDGE:.0f} FLOP/byte.")
 
 
 def _normalise(name) -> str:
@@ -190,7 +194,8 @@ class VectorAdd(harness.KernelTask):
         if values == "huge":
             top = torch.finfo(dtype).max
             a = (torch.rand(n, generator=g) * 0.5 + 0.5) * top
-            b = (torch.rand(n, generator=g) * 0.5 + 0.5) * top * torch.sign(torch.randn(n, generator=g))
+            sign = torch.sign(torch.randn(n, generator=g))
+            b = (torch.rand(n, generator=g) * 0.5 + 0.5) * top * sign
         elif values == "special":
             pool = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.0])
             a = pool[torch.randint(0, len(pool), (n,), generator=g)]
@@ -346,25 +351,17 @@ ASSIGNMENT = Assignment(
     ),
 )
 
+check_napkin_math = check_function(ASSIGNMENT, ("1a", "1b", "1c", "1d", "1e"),
+    "Part 1: ``add_flops``, ``add_bytes``, ``add_intensity``, ``add_bound``, "
+    "``add_min_time_ms``.")
 
-def check_napkin_math(namespace: dict | None = None):
-    """Part 1: ``add_flops``, ``add_bytes``, ``add_intensity``, ``add_bound``, ``add_min_time_ms``."""
-    return run_checks(ASSIGNMENT, ("1a", "1b", "1c", "1d", "1e"), caller_namespace(namespace))
+check_variants = check_function(ASSIGNMENT, ("2a", "2b", "2c", "2d", "2e"),
+    "Part 2: ``fp32_intensity``, ``inplace_intensity``, ``three_input_intensity``, "
+    "``fma_chain_k``, ``could_cross``.")
 
+check_kernel = check_function(ASSIGNMENT, ("3a", "3b"),
+    "Part 3: ``vector_add`` on awkward sizes and edge inputs, its kernel bounds-checked.")
 
-def check_variants(namespace: dict | None = None):
-    """Part 2: ``fp32_intensity``, ``inplace_intensity``, ``three_input_intensity``,
-    ``fma_chain_k``, ``could_cross``."""
-    return run_checks(ASSIGNMENT, ("2a", "2b", "2c", "2d", "2e"), caller_namespace(namespace))
-
-
-def check_kernel(namespace: dict | None = None):
-    """Part 3: ``vector_add`` on awkward sizes and edge inputs, its kernel bounds-checked."""
-    return run_checks(ASSIGNMENT, ("3a", "3b"), caller_namespace(namespace))
-
-
-def check_bandwidth(namespace: dict | None = None):
-    """Part 4: achieved bandwidth at 2^28 elements (GPU mode; reported as pending on a CPU).
-
-    Runs part 3's trials first: the speed of a wrong kernel is not graded."""
-    return run_checks(ASSIGNMENT, ("4",), caller_namespace(namespace))
+check_bandwidth = check_function(ASSIGNMENT, ("4",),
+    "Part 4: achieved bandwidth at 2^28 elements (GPU mode; reported as pending on a CPU). "
+    "Runs part 3's trials first: the speed of a wrong kernel is not graded.")
