@@ -88,6 +88,7 @@ class Launch:
     # the kernel left it.
     written: dict = field(default_factory=dict, repr=False)
     after: dict = field(default_factory=dict, repr=False)
+    read: set = field(default_factory=set, repr=False)   # arguments some load read from
 
     def defined_in(self, namespace: dict) -> bool:
         return getattr(self.fn, "__globals__", None) is namespace
@@ -279,6 +280,8 @@ def _check(op: str, ptrs, mask):
     bad = m & ~inside
     if op == "store":
         _mark_written(launch, addr[m & inside])
+    else:
+        _mark_read(launch, addr[m & inside])
     if not bad.any():
         return mask
     bad_addr = addr[bad].astype(np.int64)
@@ -306,6 +309,21 @@ def _mark_written(launch, addresses) -> None:
             if mask is None:
                 mask = launch.written[name] = np.zeros((end - start) // size, dtype=bool)
             mask[((sel - np.uint64(start)) // np.uint64(size)).astype(np.int64)] = True
+
+
+def _mark_read(launch, addresses) -> None:
+    """Note the tensors a load's in-bounds lanes read from."""
+    for name, start, end, *_ in launch.ranges:
+        if name not in launch.read and addresses.size and \
+                ((addresses >= np.uint64(start)) & (addresses < np.uint64(end))).any():
+            launch.read.add(name)
+
+
+def read_by(launches, tensor) -> bool:
+    """Did a load of one of the traced ``launches`` read from ``tensor``'s storage?"""
+    ptr = tensor.untyped_storage().data_ptr()
+    return any(name in launch.read for launch in launches
+               for name, t in launch.tensors.items() if t.untyped_storage().data_ptr() == ptr)
 
 
 def _keep_after(launch) -> None:

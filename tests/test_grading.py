@@ -106,11 +106,12 @@ PLANTS = {
         _edit([("def vector_add(", "def my_vector_add(")]),
         {"3a": "renamed", "3b": "renamed"}),
     "segfault_in_a_cell": (
-        _edit(append=["import ctypes\nctypes.string_at(0)"]),
+        _edit(append=["import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"]),
         {}),
     "segfault_in_launcher": (
         _edit([("    c = torch.empty_like(a)\n",
-                "    import ctypes\n    ctypes.string_at(0)\n    c = torch.empty_like(a)\n")]),
+                "    import os, signal\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+                "    c = torch.empty_like(a)\n")]),
         {"3a": "crashed", "3b": "crashed"}),
     "memory_hog": (
         _edit(append=["hog = torch.ones(2**33, dtype=torch.uint8)"]),
@@ -127,7 +128,15 @@ PLANTS = {
                 "    add_kernel[grid](a, b, c, n, BLOCK_SIZE=BLOCK_SIZE)\n    c.copy_(a + b)\n"
                 "    return c"),
                ("    tl.store(c_ptr + offsets, a + b, mask=mask)\n", "")]),
-        {"3a": "never stored by your kernel", "3b": "did not write the output"}),
+        {"3a": "never stored by your kernel", "3b": "did not compute the output"}),
+    # torch adds; the kernel only copies the sum into C.
+    "torch_result_through_a_copy_kernel": (
+        _edit([("    add_kernel[grid](a, b, c, n, BLOCK_SIZE=BLOCK_SIZE)\n    return c",
+                "    s = a + b\n    add_kernel[grid](s, s, c, n, BLOCK_SIZE=BLOCK_SIZE)\n"
+                "    return c"),
+               ("    tl.store(c_ptr + offsets, a + b, mask=mask)\n",
+                "    tl.store(c_ptr + offsets, a, mask=mask)\n")]),
+        {"3a": "never read A, B", "3b": "did not compute the output"}),
 }
 
 # Loopers are graded with short time limits, on their own.

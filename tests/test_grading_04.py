@@ -93,7 +93,7 @@ PLANTS = {
                ("    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),\n"
                 "             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))\n", "")]),
         {"2a": "never stored by your kernel", "2b": "never stored by your kernel",
-         "2c": "did not write the output", "2d": "never stored by your kernel"}, ()),
+         "2c": "did not compute the output", "2d": "never stored by your kernel"}, ()),
 }
 
 

@@ -95,7 +95,7 @@ PLANTS = {
         _edit([(LAUNCH, LAUNCH.replace("return h, y", TORCH_FILLS)),
                ("    tl.store(h_ptr + offsets, h, mask=mask)\n", ""),
                (f"    {KERNEL_STORE}\n", "")]),
-        {"2a": "never stored by your kernel", "2b": "did not write the output"}),
+        {"2a": "never stored by your kernel", "2b": "did not compute the output"}),
 }
 
 

@@ -1,10 +1,11 @@
 """Submissions that attack the grading itself, graded in a class beside honest students.
 
 The verdict is made in the grader's process from raw results collected after the
-notebook has run, on inputs made from a seed drawn then: a notebook that patches the
-course's checks, its collector or its judge, or shadows ``__import__``, gets what its
-answers are worth (here: a blank, zero), and the honest students beside it keep their
-marks. (Kernels that leave their output to torch are planted in each assignment's own
+notebook has run, on inputs made from a seed drawn then, and the grader reads the
+notebook's source before it trusts a run: a notebook that patches the course's checks, its
+collector or its judge, shadows ``__import__``, or rewrites the record of its run as it is
+saved gets no points, its verdicts withheld and flagged for the instructor, and the honest
+students beside it keep their marks. (Kernels that leave their output to torch are planted in each assignment's own
 tests: tests/test_grading*.py.) The feedback of graded numbers never gives the answer away.
 """
 
@@ -63,6 +64,25 @@ def __import__(name, *args, **kwargs):
     return _real_import(name, *args, **kwargs)
 """
 
+# Computes with torch, launches nothing, and rewrites the record of its run as it is saved,
+# so that it looks like its own kernel wrote every output.
+FORGE_THE_RECORD = """
+import torch as _t
+_orig_save = _t.save
+def _forging_save(obj, f, *args, **kwargs):
+    raw = obj.get("raw") if isinstance(obj, dict) else None
+    if isinstance(raw, dict) and isinstance(raw.get("trials"), list):
+        for trial in raw["trials"]:
+            trial.update(own_launches=1, other_kernels=[], violations=[], traced=True,
+                         inputs_read=[True, True],
+                         written=[{"given": 1, "unwritten": 0, "changed": 0}])
+    return _orig_save(obj, f, *args, **kwargs)
+_t.save = _forging_save
+
+def vector_add(a, b):
+    return a + b
+"""
+
 LIMITS = ("--cell-timeout", "60", "--part-timeout", "60", "--memory-gb", "3", "--jobs", "2")
 
 
@@ -70,22 +90,28 @@ LIMITS = ("--cell-timeout", "60", "--part-timeout", "60", "--memory-gb", "3", "-
 def graded(tmp_path_factory):
     blank = nbformat.read(ASSIGNMENT, as_version=4)
     tmp = tmp_path_factory.mktemp("attacks")
+    solution = nbformat.read(SOLUTION, as_version=4)
     return grade_class(tmp, {
         "alice": SOLUTION,
         "patcher": edit(append=[PATCH_THE_GRADER])(blank),
         "shadow": edit(append=[SHADOW_IMPORT])(blank),
+        "forger": edit(append=[FORGE_THE_RECORD])(solution),
     }, *LIMITS)
 
 
 @cpu_only
-@pytest.mark.parametrize("attacker", ["patcher", "shadow"])
+@pytest.mark.parametrize("attacker", ["patcher", "shadow", "forger"])
 def test_an_attacker_gets_what_its_answers_are_worth(graded, attacker):
     assert graded.returncode == 0, graded.output[-3000:]
     report = graded.reports[attacker]
     assert report["score"] == 0, report
     for part in report["parts"]:
         assert part["points"] == 0 and "full marks" not in part["message"], part
-        assert part["status"] in ("not implemented", "needs a GPU"), part
+        assert part["status"] in ("error", "needs a GPU"), part
+    # Its source shows what it did: the verdicts are withheld and the instructor told.
+    assert any("tampering" in note for note in report["notes"]), report["notes"]
+    row = graded.rows[attacker]
+    assert "tampering" in row["notes"], row
 
 
 @cpu_only

@@ -219,9 +219,8 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
                 _first_line(source))
         report.cells = [cell_results[k] for k in sorted(cell_results)]
 
-        report.parts, raws = parts.grade_parts(spec, run, cells, cell_results, tmp, mode,
-                                                limits)
-        report.notes = parts.copy_notes(raws)
+        report.parts, report.notes = parts.grade_parts(spec, run, cells, cell_results, tmp,
+                                                        mode, limits)
     except Exception as err:  # noqa: BLE001 - the grader's own failure, reported
         report.error = f"grading failed: {type(err).__name__}: {err}"
     finally:

@@ -65,6 +65,7 @@ class KernelTask:
     call = ""                     # how it is called, for messages: "vector_add(a, b)"
     outputs: tuple[str, ...] = ("C",)
     tensors = ""                  # the kernel's tensors, for messages: "A, B and C"
+    inputs_named: tuple[str, ...] = ()   # the inputs' names, for messages: ("A", "B")
     mask_hint = ""                # what to do about an out-of-bounds access
 
     def first(self) -> Case:
@@ -151,6 +152,9 @@ def _trial(task: KernelTask, fn, namespace, case: Case, log, device) -> dict:
     rec["blocks"] = dict(own[0].constexprs) if own else {}
     rec["traced"] = any(launch.traced for launch in own)
     rec["inputs_changed"] = not all(_same_bits(a, b) for a, b in zip(inputs, before))
+    traced = [launch for launch in own if launch.traced]
+    # Which inputs a load of the notebook's kernels read (None: not watched here).
+    rec["inputs_read"] = [bounds.read_by(traced, t) for t in inputs] if traced else None
     rec["sources"] = {launch.name: _kernel_source(launch.fn) for launch in own}
     rec["outputs"], rec["form"], rec["written"] = None, None, []
     rec["input_device"], rec["output_devices"] = str(inputs[0].device), []
@@ -298,8 +302,14 @@ class Verdict:
         wrong = task.compare(trial.case, tuple(got), tuple(want), inputs, self.blocks)
         if wrong:
             return wrong
+        read = rec.get("inputs_read")
+        if isinstance(read, list) and not all(read):
+            trial.extra["not_its_work"] = True
+            unread = [n for n, r in zip(task.inputs_named, read) if not r]
+            return (f"your kernel never read {', '.join(unread)}: it must compute the output "
+                    "from the inputs, not copy a result computed some other way")
         for name, w in zip(task.outputs, written):
-            trial.extra["not_written"] = True       # until every check below has passed
+            trial.extra["not_its_work"] = True       # until every check below has passed
             if not _int(w.get("given")):
                 return (f"returned a {name} your kernel was not given: it must be the output "
                         "your kernel writes, not computed some other way")
@@ -310,7 +320,7 @@ class Verdict:
             if _int(w.get("changed")):
                 return (f"the launcher changed {_int(w['changed'])} elements of {name} after "
                         "your kernel wrote them: return what the kernel stored")
-            trial.extra.pop("not_written")
+            trial.extra.pop("not_its_work")
         return None
 
     # -- the whole battery --------------------------------------------------------------
@@ -382,11 +392,11 @@ class Verdict:
         if not self.ran_own_kernel:
             return Feedback(part, False, "no kernel of yours ran, so nothing to check: "
                             f"{self.trials[0].problem}")
-        unwritten = [t for t in self.watched if t.extra.get("not_written")]
-        if unwritten:
-            t = unwritten[0]
-            return Feedback(part, False, f"your kernel did not write the output, so its loads "
-                            f"and stores say nothing about it: at {t.where}, {t.problem}")
+        borrowed = [t for t in self.watched if t.extra.get("not_its_work")]
+        if borrowed:
+            t = borrowed[0]
+            return Feedback(part, False, f"your kernel did not compute the output, so its "
+                            f"loads and stores say nothing about it: at {t.where}, {t.problem}")
         if self.violations:
             t, v = self.violations[0]
             labels = list(dict.fromkeys(t.case.label for t, _ in self.violations))

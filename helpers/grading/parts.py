@@ -21,7 +21,7 @@ import re
 import secrets
 from pathlib import Path
 
-from . import registry
+from . import registry, static
 from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
                      UNCHECKED, PartResult)
 
@@ -176,14 +176,25 @@ def _judged(part, collection: Collection, cells, cell_results) -> PartResult:
 
 
 def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, mode: str,
-                limits) -> tuple[list[PartResult], dict]:
+                limits) -> tuple[list[PartResult], list[str]]:
     """Every part of ``spec``, collected in ``run``'s kernel and judged here.
 
-    Returns the results and the raw results of each collection (for notes such as copy
-    detection).
+    Returns the results and the notes for the instructor: code that tampers with the
+    grader's tools (its verdicts are withheld), code that hides what it runs, kernels
+    copied from the course.
     """
     from ..feedback import needs_gpu
 
+    changes, hidden = static.tampering(cells)
+    notes = [f"possible tampering with the grader: {c}" for c in changes]
+    notes += [f"code that hides what it runs: {h}" for h in hidden]
+    if changes:
+        return [PartResult(p.key, p.title, 0, p.points,
+                           NEEDS_GPU if p.gpu and mode == "cpu" else ERROR,
+                           f"not graded: the notebook changes what the grader relies on "
+                           f"({changes[0]}); your instructor will look at it")
+                for p in spec.parts], notes
+    launches = static.launches_a_kernel(cells)
     seed = secrets.randbits(31)     # drawn now: the notebook has finished running
     collections: dict[str, Collection] = {}
     results: dict[str, PartResult] = {}
@@ -216,10 +227,17 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
                                                failure.status, f"not checked: part "
                                                f"{failure.key} {failure.status} on the same code")
             continue
-        results[part.key] = _judged(part, collection, cells, cell_results)
+        result = _judged(part, collection, cells, cell_results)
+        if result.status == PASSED and part.collect is not None and not part.gpu \
+                and not launches:
+            result = PartResult(part.key, part.title, 0, part.points, FAILED,
+                                "the notebook launches no @triton.jit kernel of its own "
+                                "(no kernel[grid](...) anywhere in it): the graded function "
+                                "must launch one", result.seconds)
+        results[part.key] = result
     raws = {unit: c.data.get("raw") for unit, c in collections.items()
             if c.data is not None and c.data.get("ok")}
-    return [results[p.key] for p in spec.parts], raws
+    return [results[p.key] for p in spec.parts], notes + copy_notes(raws)
 
 
 def copy_notes(raws: dict) -> list[str]:

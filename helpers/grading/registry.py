@@ -323,7 +323,7 @@ def _blocked(assignment: Assignment, part: Part, verdict) -> Feedback | None:
 # Between the learner's kernel process and the grader: raw results in a file.
 # ------------------------------------------------------------------------------------
 
-MAX_RAW_BYTES = 1 << 30     # raw results larger than this are refused
+MAX_RAW_BYTES = 128 << 20   # raw results larger than this are refused (a battery is ~50 MB)
 
 
 def _encode(obj):
@@ -407,7 +407,11 @@ def read_results(path) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
         raise UnreadableResults("the results file is not one the grader wrote")
     if data["ok"]:
-        data["raw"] = _decode(data.get("raw"))
+        try:
+            data["raw"] = _decode(data.get("raw"))
+        except RecursionError:
+            raise UnreadableResults("the results are nested deeper than the grader ever "
+                                    "writes them") from None
     return data
 
 

@@ -103,6 +103,7 @@ class ResidualRMSNorm(harness.KernelTask):
     call = "residual_rmsnorm(x, residual, weight)"
     outputs = ("h", "y")
     tensors = "x, residual, weight, h and y"
+    inputs_named = ("x", "residual", "weight")
     mask_hint = ("The row is shorter than BLOCK_SIZE: mask = cols < n_cols, on every tl.load "
                  "and tl.store (the weight's too)")
 

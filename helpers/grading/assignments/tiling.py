@@ -1,14 +1,15 @@
 """Assignment 04, a tiled matmul: its graded parts and the ``check_*`` calls of the notebook.
 
-Every expected value comes from the course's napkin math (:mod:`helpers.kernels.matmul`)
-and its reference product; none is typed in.
+Every expected value comes from the course's napkin math (:mod:`keys_tiling`, from
+:mod:`helpers.intensity`) and the reference product (:mod:`helpers.kernels.matmul`); none
+is typed in.
 
 Parts (15 points; 12 graded in CPU mode, the last 3 on a GPU):
 
 =====  ==========================================================  ======
-1a-1b  napkin math for one tile: intensity, SRAM with 4 stages        2
+1a-1b  napkin math for one tile: intensity, SRAM with 5 stages        2
 2a     ``matmul`` launches the notebook's kernel and matches the      4
-       reference on awkward shapes (fp16 and fp32)
+       reference on awkward shapes and edge inputs (fp16 and fp32)
 2b     ... on transposed and sliced inputs (strides)                  2
 2c     its kernel never reads or writes outside A, B and C            2
 2d     it accumulates in fp32 (errors in units of the last place)     2
@@ -34,10 +35,6 @@ from ..registry import Assignment, Part, answer, check_function
 
 FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
 
-# Part 1: one tile of 64 x 128 outputs, BLOCK_K = 32, bf16, 4 pipeline stages.
-TILE = (64, 128, 32)
-TILE_DTYPE = BF16
-TILE_STAGES = 4
 # The answers: formulas in keys_tiling (instructor), sealed in a student release.
 KEY = answers.load_key("04_tiling", "helpers.grading.assignments.keys_tiling")
 
@@ -104,6 +101,7 @@ class Matmul(harness.KernelTask):
     call = "matmul(a, b)"
     outputs = ("C",)
     tensors = "A, B and C"
+    inputs_named = ("A", "B")
     mask_hint = ("Mask every load and the store on all the edges they can cross: rows "
                  "(offs_m < M), columns (offs_n < N) and the K tail (offs_k < K - k)")
 
