@@ -167,3 +167,9 @@ def graded_choice(part: str, got, answer, options: tuple[str, ...], why: str = "
     if answer.matches(chosen):
         return Feedback(part, True, f"{chosen!r} is right. {why}".strip())
     return Feedback(part, False, f"{got!r} is not it. {why}".strip())
+
+
+def target(part: str, met: bool, measured: str, advice: str) -> Feedback:
+    """A measured goal (a speed, a bandwidth): what was measured, and advice when it falls
+    short."""
+    return Feedback(part, met, measured if met else f"{measured}. {advice}")

@@ -187,12 +187,13 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
 
     changes, hidden = static.tampering(cells)
     notes = [f"possible tampering with the grader: {c}" for c in changes]
-    notes += [f"code that hides what it runs: {h}" for h in hidden]
-    if changes:
+    notes += [f"possible tampering with the grader, hidden: {h}" for h in hidden]
+    if changes or hidden:
+        why = (f"the notebook changes what the grader relies on ({changes[0]})" if changes
+               else f"the notebook runs code the grader cannot read ({hidden[0]})")
         return [PartResult(p.key, p.title, 0, p.points,
                            NEEDS_GPU if p.gpu and mode == "cpu" else ERROR,
-                           f"not graded: the notebook changes what the grader relies on "
-                           f"({changes[0]}); your instructor will look at it")
+                           f"not graded: {why}; your instructor will look at it")
                 for p in spec.parts], notes
     launches = static.launches_a_kernel(cells)
     seed = secrets.randbits(31)     # drawn now: the notebook has finished running

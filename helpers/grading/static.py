@@ -9,9 +9,10 @@ here with :mod:`ast`, never running it:
 * :func:`tampering`: statements that change a library or the course from the outside
   (``torch.save = ...``, ``setattr(triton..., ...)``, ``def __import__``, a new
   ``sys.meta_path`` finder, IPython input transformers, ``ctypes``, ``gc.get_referrers``).
-  A graded notebook never needs one; the grader withholds the verdicts of such a
-  notebook and flags it for the instructor. Code that hides what it does (``exec``,
-  ``eval``, ``compile``, ``__import__`` with a computed name) is flagged too.
+  Code that hides what it runs from this reading (``exec``, ``eval``, ``compile``,
+  ``__import__`` of a computed name) counts too. A graded notebook never needs either; the
+  grader withholds the verdicts of such a notebook and flags it for the instructor, who
+  can grade it by hand.
 * :func:`launches_a_kernel`: whether the notebook contains a launch (``kernel[grid](...)``)
   of a ``@triton.jit`` kernel it defines at all; without one, no trace of a run can make
   a kernel part pass.
@@ -74,6 +75,25 @@ def _aliases(trees) -> dict[str, str]:
     return out
 
 
+def _module_expr(node, aliases) -> str | None:
+    """A protected module reached another way: ``sys.modules["torch"]``,
+    ``importlib.import_module("torch")``, ``__import__("torch")``, ``vars(torch)``."""
+    if isinstance(node, ast.Subscript) and _dotted(node.value, aliases) == "sys.modules":
+        return "sys.modules[...]"
+    if isinstance(node, ast.Call):
+        fn = _dotted(node.func, aliases) or getattr(node.func, "id", "")
+        if fn in ("importlib.import_module", "__import__"):
+            return f"{fn}(...)"
+        if fn == "vars" and node.args and (_dotted(node.args[0], aliases) or _root(node.args[0],
+                                                                              aliases)):
+            return f"vars({_dotted(node.args[0], aliases) or _root(node.args[0], aliases)})"
+    return None
+
+
+def _root(node, aliases) -> str | None:
+    return aliases.get(node.id) if isinstance(node, ast.Name) else None
+
+
 def _dotted(node, aliases) -> str | None:
     """``torch.save`` for an attribute chain rooted at a protected module, else None."""
     parts = []
@@ -83,12 +103,23 @@ def _dotted(node, aliases) -> str | None:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
             and node.func.id == "get_ipython":
         return ".".join(["get_ipython()", *reversed(parts)])
-    if isinstance(node, ast.Name) and node.id in aliases and (parts or node.id != aliases[node.id]):
+    other = _module_expr(node, aliases) if isinstance(node, (ast.Subscript, ast.Call)) else None
+    if other and parts:
+        return ".".join([other, *reversed(parts)])
+    if isinstance(node, ast.Name) and node.id in aliases and parts:
+        # (a bare name rebound in the notebook changes no module: only its attributes do)
         return ".".join([aliases[node.id], *reversed(parts)])
     return None
 
 
 def _changed(target, aliases) -> str | None:
+    if isinstance(target, ast.Subscript):     # vars(torch)["save"] = ..., m.__dict__[k] = ...
+        base = target.value
+        inner = _module_expr(base, aliases) or (
+            _dotted(base.value, aliases) + ".__dict__"
+            if isinstance(base, ast.Attribute) and base.attr == "__dict__"
+            and _dotted(base.value, aliases) else None)
+        return f"{inner}[...]" if inner and not inner.startswith("os.environ") else None
     name = _dotted(target, aliases)
     if name is None or any(name.startswith(s) or name == s.rstrip(".") for s in SETTINGS):
         return None
@@ -97,7 +128,8 @@ def _changed(target, aliases) -> str | None:
 
 def tampering(cells) -> tuple[list[str], list[str]]:
     """``(changes, hidden)``: statements that change a protected module or reach into the
-    interpreter (the verdict is withheld), and code that hides what it runs (a flag)."""
+    interpreter, and code that hides what it runs from this reading. The grader withholds
+    the verdicts of a notebook with either."""
     trees = list(_parse(cells))
     aliases = _aliases(trees)
     changes, hidden = [], []

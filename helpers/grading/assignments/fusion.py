@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ...feedback import Feedback, graded_number
+from ...feedback import graded_number, target
 from ...kernels import rmsnorm as rk
 from .. import answers, harness
 from ..gpu import gpu_lock
@@ -244,9 +244,9 @@ def _speed(t):
     ratio = float(t["eager"]) / float(t["yours"])
     text = (f"on {t['gpu']} at {M}x{N} bf16: yours {t['yours']:.4f} ms, the eager version "
             f"{t['eager']:.4f} ms: {ratio:.2f}x (the goal is {SPEEDUP_GOAL:g}x)")
-    return Feedback(part, ratio >= SPEEDUP_GOAL, text if ratio >= SPEEDUP_GOAL else
-                    f"{text}. One program per row, the whole row in one block, nothing but "
-                    "the kernel launch inside residual_rmsnorm")
+    return target(part, ratio >= SPEEDUP_GOAL, text,
+                  "One program per row, the whole row in one block, nothing but the kernel "
+                  "launch inside residual_rmsnorm")
 
 
 def _near_prediction(t):
@@ -257,9 +257,9 @@ def _near_prediction(t):
     text = (f"on {t['gpu']}: measured {yours:.4f} ms = {yours / predicted:.2f}x the time your "
             f"fused bytes need at the copy bandwidth measured now, {t['copy_gbps']:,.0f} GB/s "
             f"(at most {TIME_SLACK:g}x)")
-    return Feedback(part, yours <= limit, text if yours <= limit else
-                    f"{text}. Too slow for its bytes: try another num_warps, and check that "
-                    "each row is read once")
+    return target(part, yours <= limit, text,
+                  "Too slow for its bytes: try another num_warps, and check that each row is "
+                  "read once")
 
 
 # ------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import math
 import torch
 
 from ... import intensity, runtime
-from ...feedback import Feedback, graded_number, not_implemented
+from ...feedback import Feedback, graded_number, not_implemented, target
 from ...kernels import matmul as mm
 from .. import answers, harness
 from ..gpu import gpu_lock
@@ -364,11 +364,10 @@ def _speed(raw):
     ratio = float(raw["ratio"])
     text = (f"on {raw.get('gpu')}: yours {raw['yours_tflops']:,.0f} TFLOP/s, torch.matmul "
             f"{raw['cublas_tflops']:,.0f}: {ratio:.2f}x (the goal is {SPEED_GOAL:.0%})")
-    if ratio >= SPEED_GOAL:
-        return Feedback(part, True, text)
-    return Feedback(part, False, f"{text}. Large tiles (128 x 128 or 128 x 256, BLOCK_K 64), "
-                    "num_warps=8 and num_stages=3 or 4 get there on an H100; lesson 04's "
-                    "knob table shows each effect")
+    return target(part, ratio >= SPEED_GOAL, text,
+                  "Large tiles (128 x 128 or 128 x 256, BLOCK_K 64), num_warps=8 and "
+                  "num_stages=3 or 4 get there on an H100; lesson 04's knob table shows each "
+                  "effect")
 
 
 # ------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import math
 import torch
 
 from ... import hardware
-from ...feedback import Feedback, graded_choice, graded_number, needs_gpu
+from ...feedback import Feedback, graded_choice, graded_number, needs_gpu, target
 from .. import answers, harness
 from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, check_function, finite
@@ -314,11 +314,10 @@ def _bandwidth(raw):
         lines.append(f"{row['dtype']} {ours:,.0f} GB/s = {ours / peak:.0%} of peak "
                      f"(torch.add {ref:,.0f} GB/s = {ref / peak:.0%})")
     text = f"on {raw.get('gpu')} (table peak {peak:,.0f} GB/s): " + "; ".join(lines)
-    if best >= PASS_FRACTION:
-        return Feedback(part, True, text)
-    return Feedback(part, False, f"{text}. The target is {PASS_FRACTION:.0%}: check that each "
-                    "program handles a block of at least 512 elements and that nothing but the "
-                    "kernel runs inside vector_add (no .cpu(), no copies, no synchronize)")
+    return target(part, best >= PASS_FRACTION, text,
+                  f"The target is {PASS_FRACTION:.0%}: check that each program handles a block "
+                  "of at least 512 elements and that nothing but the kernel runs inside "
+                  "vector_add (no .cpu(), no copies, no synchronize)")
 
 
 # ------------------------------------------------------------------------------------
