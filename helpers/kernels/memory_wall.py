@@ -184,24 +184,26 @@ def _check_stream_input(x: torch.Tensor, name: str = "x") -> None:
                          f"and take at most {MAX_ELEMENTS}")
 
 
-def copy(x: torch.Tensor, block_size: int = BLOCK_SIZE, num_warps: int = NUM_WARPS,
-         out: torch.Tensor | None = None) -> torch.Tensor:
-    """``y = x`` through :func:`copy_kernel`. ``out`` reuses a buffer (for timing)."""
+def _stream(kernel, x: torch.Tensor, block_size: int, num_warps: int,
+            out: torch.Tensor | None) -> torch.Tensor:
+    """Check, allocate and launch one elementwise kernel over every element of ``x``."""
     _check_stream_input(x)
     _check_block(block_size, num_warps)
     y = _out_like(x, out)
-    _launch_flat(copy_kernel, x.numel(), block_size, num_warps, x, y, x.numel())
+    _launch_flat(kernel, x.numel(), block_size, num_warps, x, y, x.numel())
     return y
+
+
+def copy(x: torch.Tensor, block_size: int = BLOCK_SIZE, num_warps: int = NUM_WARPS,
+         out: torch.Tensor | None = None) -> torch.Tensor:
+    """``y = x`` through :func:`copy_kernel`. ``out`` reuses a buffer (for timing)."""
+    return _stream(copy_kernel, x, block_size, num_warps, out)
 
 
 def gelu(x: torch.Tensor, block_size: int = BLOCK_SIZE, num_warps: int = NUM_WARPS,
          out: torch.Tensor | None = None) -> torch.Tensor:
     """The tanh-approximated GELU of every element, computed in fp32."""
-    _check_stream_input(x)
-    _check_block(block_size, num_warps)
-    y = _out_like(x, out)
-    _launch_flat(gelu_kernel, x.numel(), block_size, num_warps, x, y, x.numel())
-    return y
+    return _stream(gelu_kernel, x, block_size, num_warps, out)
 
 
 def row_sum(x: torch.Tensor, block_size: int | None = None, num_warps: int = 4) -> torch.Tensor:

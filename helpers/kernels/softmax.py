@@ -174,6 +174,19 @@ def _check_input(x: torch.Tensor) -> tuple[int, int]:
     return x.numel() // n_cols, n_cols
 
 
+def _launch_rows(kernel, x: torch.Tensor, rows: int, n_cols: int, block: int,
+                 num_warps: int | None) -> torch.Tensor:
+    """One program per row of ``x`` viewed as ``rows x n_cols``, blocks of ``block``."""
+    num_warps = num_warps or num_warps_for(block)
+    check_power_of_two("num_warps", num_warps)
+    x2 = x.view(rows, n_cols)
+    y = torch.empty_like(x2)
+    if rows:
+        kernel[(rows,)](x2, y, n_cols, x2.stride(0), y.stride(0), BLOCK_SIZE=block,
+                        num_warps=num_warps)
+    return y.view(x.shape)
+
+
 def softmax_v1(x: torch.Tensor, num_warps: int | None = None) -> torch.Tensor:
     """Softmax over the last dimension with :func:`softmax_kernel_v1`: one program per row,
     the whole row in registers."""
@@ -182,14 +195,7 @@ def softmax_v1(x: torch.Tensor, num_warps: int | None = None) -> torch.Tensor:
     if block > MAX_BLOCK:
         raise ValueError(f"rows of {n_cols} elements need a block of {block}; Triton allows at "
                          f"most {MAX_BLOCK} elements per block. Use softmax_online(x).")
-    num_warps = num_warps or num_warps_for(block)
-    check_power_of_two("num_warps", num_warps)
-    x2 = x.view(rows, n_cols)
-    y = torch.empty_like(x2)
-    if rows:
-        softmax_kernel_v1[(rows,)](x2, y, n_cols, x2.stride(0), y.stride(0),
-                                   BLOCK_SIZE=block, num_warps=num_warps)
-    return y.view(x.shape)
+    return _launch_rows(softmax_kernel_v1, x, rows, n_cols, block, num_warps)
 
 
 def softmax_online(x: torch.Tensor, block_size: int = ONLINE_BLOCK,
@@ -199,14 +205,7 @@ def softmax_online(x: torch.Tensor, block_size: int = ONLINE_BLOCK,
     rows, n_cols = _check_input(x)
     check_power_of_two("block_size", block_size)
     block = min(block_size, triton.next_power_of_2(n_cols))
-    num_warps = num_warps or num_warps_for(block)
-    check_power_of_two("num_warps", num_warps)
-    x2 = x.view(rows, n_cols)
-    y = torch.empty_like(x2)
-    if rows:
-        softmax_kernel_online[(rows,)](x2, y, n_cols, x2.stride(0), y.stride(0),
-                                       BLOCK_SIZE=block, num_warps=num_warps)
-    return y.view(x.shape)
+    return _launch_rows(softmax_kernel_online, x, rows, n_cols, block, num_warps)
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
