@@ -201,7 +201,9 @@ def test_a_submission_reads_no_solution_and_writes_nothing_outside_its_folder(gr
     submissions: the solution it looks for is nowhere, the files it appends to are copies."""
     report = graded.reports["copier"]
     assert report["score"] == 0 and report["max_score"] == CPU_MAX, report
-    assert {p["status"] for p in report["parts"]} <= {"not implemented", "needs a GPU"}
+    # Its exec() of what it found also withholds its verdicts (helpers/grading/static.py).
+    assert {p["status"] for p in report["parts"]} <= {"error", "needs a GPU"}, report
+    assert any("exec" in note for note in report["notes"]), report["notes"]
     graded.assert_honest_unchanged(HONEST)
     graded.assert_repo_unchanged()
     for path in list(graded.folder.rglob("*")) + list(graded.out.rglob("*")):
