@@ -17,7 +17,7 @@ The versions:
   statistics in fp32 for accuracy. Nine ops, nine kernels, and the fp32 copies make
   every round trip twice as expensive as the bf16 data. Count them with
   :func:`helpers.intensity.residual_rmsnorm_eager_kernels` (and let
-  ``helpers.experiments.fusion.trace`` count them for you).
+  ``helpers.launches.trace`` count them for you).
 * :func:`residual_rmsnorm_torch`: the add, then PyTorch's own ``F.rms_norm``, which on
   a GPU is one fused kernel: the norm is fused, but the add is not, so ``h`` is
   written by one kernel and read back by the next (``5MN + N``).
