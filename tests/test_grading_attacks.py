@@ -170,3 +170,52 @@ def test_graded_numbers_never_print_the_expected_value(spec, values):
                                           f"the answer ({text}): {fb.message}")
             checked += 1
     assert checked >= 5, "no graded number was checked"
+
+
+# --------------------------------------------------------------------------------------
+# A record of a run must be the one the seed calls for.
+# --------------------------------------------------------------------------------------
+
+
+def _record(seed):
+    """The raw results of the course's own vector add, as the grader would collect them."""
+    import triton
+    import triton.language as tl
+
+    from helpers.grading.assignments import vector_add as va
+
+    namespace = {}
+    exec("""
+import torch, triton, triton.language as tl
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    tl.store(c_ptr + offsets, tl.load(a_ptr + offsets, mask=mask)
+             + tl.load(b_ptr + offsets, mask=mask), mask=mask)
+
+def vector_add(a, b):
+    c = torch.empty_like(a)
+    add_kernel[(triton.cdiv(a.numel(), 128),)](a, b, c, a.numel(), BLOCK_SIZE=128)
+    return c
+""", namespace)
+    assert triton and tl
+    raw = registry.collect(va.ASSIGNMENT, "kernel", namespace, seed)
+    raw[registry.SEED] = seed
+    return va, raw
+
+
+def _verdict(va, raw):
+    return registry.judge(va.ASSIGNMENT.part("3a"), raw)[0]
+
+
+def test_a_record_with_a_trial_left_out_or_reseeded_is_not_the_graders():
+    va, raw = _record(1234)
+    assert _verdict(va, dict(raw)).passed
+    short = dict(raw, trials=[t for t in raw["trials"] if "special" not in t["label"]])
+    fb = _verdict(va, short)
+    assert not fb.passed and "not the grader's" in fb.message and "is missing" in fb.message, fb
+    other = dict(raw, trials=[dict(t, seed=t["seed"] + 1) for t in raw["trials"]])
+    fb = _verdict(va, other)
+    assert not fb.passed and "ran on other inputs" in fb.message, fb

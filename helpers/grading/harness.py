@@ -32,7 +32,7 @@ import torch
 
 from .. import bounds, runtime
 from ..feedback import Feedback, not_implemented
-from .registry import answer, is_not_implemented
+from .registry import SEED, answer, is_not_implemented
 
 
 @dataclass(frozen=True)
@@ -257,6 +257,35 @@ class Verdict:
         self.trials = [self._judge(rec) for rec in records]
         self.watched = [t for t in self.trials if not t.case.compiled]
         self.compiled = [t for t in self.trials if t.case.compiled]
+        seed = raw.get(SEED)
+        if isinstance(seed, int) and self.trials:
+            self._check_cover(seed)
+
+    def _check_cover(self, seed: int) -> None:
+        """Every trial the seed calls for is in the record, made from that seed.
+
+        The record comes from the learner's process; one that left trials out (the edge
+        inputs, say) or ran them on inputs of its own choosing fails here, whatever the
+        trials it kept say.
+        """
+        task, first = self.task, self.trials[0]
+        wanted = [task.first()]
+        if not first.rec.get("not_implemented"):
+            wanted += [c for c in task.cases(self.blocks) if c.label != wanted[0].label]
+            if runtime.is_gpu() and not any(t.raised for t in self.watched):
+                wanted += task.compiled_cases(self.blocks)
+        have = {(t.case.label, t.case.compiled): t.case.seed for t in self.trials}
+        for case in wanted:
+            expected = case.seeded(seed)
+            got = have.get((case.label, case.compiled))
+            if got != expected.seed:
+                why = "is missing" if got is None else "ran on other inputs"
+                problem = (f"the record of the run is not the grader's: trial {case.label} "
+                           f"{why} (was the grader tampered with?)")
+                self.trials.insert(0, Trial(expected, {"error": None}, problem))
+                self.watched = [t for t in self.trials if not t.case.compiled]
+                self.compiled = [t for t in self.trials if t.case.compiled]
+                return
 
     # -- one trial ------------------------------------------------------------------
 

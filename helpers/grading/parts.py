@@ -26,6 +26,7 @@ from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED,
                      UNCHECKED, PartResult)
 
 ANSWERS = registry.ANSWERS     # the collection of every napkin-math answer
+SEED = registry.SEED
 
 
 def unit_of(part: registry.Part) -> str:
@@ -218,6 +219,9 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
         unit = unit_of(part)
         if unit not in collections:
             collections[unit] = _collect(run, spec, unit, seed, tmp, limits)
+            data = collections[unit].data
+            if data is not None and data.get("ok") and isinstance(data.get("raw"), dict):
+                data["raw"][SEED] = seed     # the judge checks every trial used it
         collection = collections[unit]
         if collection.failure is not None:
             failure = collection.failure

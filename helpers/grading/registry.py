@@ -179,6 +179,7 @@ def answer(values: dict, name: str):
 
 
 ANSWERS = "answers"     # the key that collects every napkin-math answer at once
+SEED = "__seed__"       # set by whoever drew the seed (never by the learner's process)
 
 
 def collect(assignment: Assignment, key: str, namespace: dict, seed: int):
@@ -299,6 +300,8 @@ def run_checks(assignment: Assignment, keys, namespace: dict) -> Results:
             else:
                 if part.unit not in raws and not (part.gpu and not runtime.is_gpu()):
                     raws[part.unit] = collect(assignment, part.unit, namespace, NOTEBOOK_SEED)
+                    if isinstance(raws[part.unit], dict):
+                        raws[part.unit][SEED] = NOTEBOOK_SEED
                 verdicts[part.key] = judge(part, raws.get(part.unit))[0]
         return verdicts[part.key]
 
