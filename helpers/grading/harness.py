@@ -269,11 +269,12 @@ class Verdict:
         trials it kept say.
         """
         task, first = self.task, self.trials[0]
-        wanted = [task.first()]
+        blocks = first.rec.get("blocks") if isinstance(first.rec.get("blocks"), dict) else {}
+        wanted = [task.first()]         # the sizes follow the first trial's blocks, as in collect
         if not first.rec.get("not_implemented"):
-            wanted += [c for c in task.cases(self.blocks) if c.label != wanted[0].label]
+            wanted += [c for c in task.cases(blocks) if c.label != wanted[0].label]
             if runtime.is_gpu() and not any(t.raised for t in self.watched):
-                wanted += task.compiled_cases(self.blocks)
+                wanted += task.compiled_cases(blocks)
         have = {(t.case.label, t.case.compiled): t.case.seed for t in self.trials}
         for case in wanted:
             expected = case.seeded(seed)
