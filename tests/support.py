@@ -1,6 +1,6 @@
 """Assertions the tests share: ``from support import assert_close``.
 
-(pytest puts ``tests/`` on the import path, as for ``planting.py``.)
+(pytest puts ``tests/`` on the import path, so every test file can import it.)
 """
 
 import torch

@@ -251,3 +251,16 @@ def test_the_release_checks_judge_right_and_wrong_answers(real_release):
             for f in _formats(v[0]):
                 assert not re.search(r"(?<![\w.])" + re.escape(f) + r"(?![\w])", messages), \
                     (part, f)
+
+
+def test_the_tests_a_release_keeps_run_there(real_release):
+    """Every test that travels imports what travels with it, and passes in the release."""
+    dest, _ = real_release
+    tests = sorted(str(p.relative_to(dest)) for p in (dest / "tests").glob("test_*.py"))
+    assert tests, "the release keeps no test at all"
+    env = dict(os.environ, PYTHONPATH=str(dest), COURSE_MODE="cpu", MPLBACKEND="Agg")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                          *tests], cwd=dest, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert "passed" in run.stdout

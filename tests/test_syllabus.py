@@ -29,4 +29,5 @@ def test_readme_links_resolve():
 def test_readme_has_the_two_commands():
     readme = (ROOT / "README.md").read_text()
     assert "./course lab" in readme and "./course test" in readme
-    assert "exec ./course test" in (ROOT / ".ci" / "run").read_text()
+    ci = ROOT / ".ci" / "run"           # the course's CI (a student release has none)
+    assert not ci.parent.exists() or "exec ./course test" in ci.read_text()

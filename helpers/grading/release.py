@@ -75,6 +75,31 @@ def _listed(repo: Path) -> list[str]:
                   if not any(part in (".git", ".venv") for part in p.relative_to(repo).parts))
 
 
+def _with_their_helpers(paths: list[str], repo: Path) -> list[str]:
+    """``paths`` without the tests that import a module of ``tests/`` left behind (a test
+    must run in the release, not fail to import)."""
+    import ast
+
+    local = {Path(p).stem for p in _listed(repo) if Path(p).parts[:1] == ("tests",)
+             and p.endswith(".py")}
+    kept = {Path(p).stem for p in paths if Path(p).parts[:1] == ("tests",)}
+    out = []
+    for path in paths:
+        if Path(path).parts[:1] == ("tests",) and path.endswith(".py"):
+            try:
+                tree = ast.parse((repo / path).read_text())
+            except SyntaxError:
+                continue
+            names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                     for a in n.names}
+            names |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
+                      if isinstance(n, ast.ImportFrom) and not n.level}
+            if (names & local) - kept:
+                continue
+        out.append(path)
+    return out
+
+
 def _test_travels(path: str, text: str) -> bool:
     parts = Path(path).parts
     if len(parts) != 2:            # tests/gpu/...: the instructor's GPU runs
@@ -280,10 +305,10 @@ def release(dest: Path, *, repo: Path = REPO, force: bool = False, strict: bool 
                 for v in info["values"].values()]
     answers_ += [w for info in keys.values() if info["values"]
                  for v in info["values"].values() for w, _ in v[2]]
+    chosen = [path for path in _listed(repo) if travels(path, repo, answers_)]
+    chosen = _with_their_helpers(chosen, repo)
     written = []
-    for path in _listed(repo):
-        if not travels(path, repo, answers_):
-            continue
+    for path in chosen:
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo / path, target)
