@@ -1,13 +1,17 @@
 """Assignments and grading: immediate feedback in the notebook, and a grader for instructors.
 
-* :mod:`.registry`: each assignment's graded parts (points, the names they read, the check).
-* one module per graded assignment (:mod:`.vector_add` for 03, ...): its parts and the
-  ``check_*`` functions its notebook calls.
-* :mod:`.bounds`: watching kernels run: which kernels a call launched, and a bounds guard
-  for interpreted kernels (a missing mask shows up as a named out-of-bounds access).
-* :mod:`.session`, :mod:`.kernel_launcher`: a fresh, memory-capped kernel process per
-  submission, with time limits, that survives hangs and crashes.
-* :mod:`.grader`: ``./course grade PATH ...`` (one notebook, or a folder in parallel).
+* :mod:`.registry`: parts and assignments (found in :mod:`.assignments`); collecting raw
+  results in the learner's process; judging them; the ``check_*`` calls.
+* :mod:`.assignments`: one module per graded lesson topic (``vector_add`` grades 03): its
+  parts and ``check_*`` functions; its answer formulas beside it in ``keys_<topic>``.
+* :mod:`.harness`: one harness for every graded kernel: trials on seeded inputs, watched
+  by :mod:`helpers.bounds`, and the standard verdicts.
+* :mod:`.static`: what the grader reads in a notebook's source before trusting a run.
+* :mod:`.answers`: answer keys, exact (instructor) or sealed (student release).
+* :mod:`.grader` runs the cells (``./course grade PATH ...``), :mod:`.parts` collects and
+  judges the parts; :mod:`.session`, :mod:`.kernel_launcher` and :mod:`.sandbox`: a fresh,
+  capped, sandboxed kernel process per submission that survives hangs and crashes.
 * :mod:`.report`: the table, the JSON report and the CSV gradebook.
-* :mod:`.build`: ``./course build-assignments``, assignments/ from solutions/.
+* :mod:`.similarity`: kernels copied from the course, flagged for the instructor.
+* :mod:`.build`: ``./course build-assignments``; :mod:`.release`: ``./course release DIR``.
 """

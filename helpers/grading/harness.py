@@ -384,13 +384,6 @@ class Verdict:
     def correct(self) -> bool:
         return not self.failed and not self.compiled_problem and not self.not_implemented
 
-    @property
-    def sources(self) -> dict:
-        out = {}
-        for t in self.trials:
-            out.update(t.rec.get("sources") or {})
-        return out
-
     def first_failure(self, trials=None) -> str | None:
         failed = [t for t in (self.watched if trials is None else trials) if t.problem]
         if not failed:
