@@ -102,7 +102,10 @@ def check_backward_ratio(answer) -> Feedback:
                           "linear layer's backward does not hold here)"),
         ((bwd + 1) / fwd, "you also recomputed O = P V: O is saved, and delta = rowsum(dO * O) "
                           "is elementwise, not a matmul"),
-        ((bwd + fwd) / fwd, "you counted the forward and the backward together"),
+        ((bwd + fwd) / fwd, "you counted the forward and the backward together (or the 7 "
+                            "matmuls of a backward split in a dK/dV and a dQ kernel, which "
+                            "recomputes S and dP twice; FLOP/s count the 5 the algorithm "
+                            "needs)"),
         (fwd / bwd, "you divided the forward by the backward")],
         hint="count the seq x seq x d matmuls: " + "; ".join(BACKWARD_MATMULS))
 

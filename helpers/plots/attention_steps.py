@@ -237,10 +237,10 @@ def _draw_scores(ax, x, steps, k, block):
     for start in range(block, n, block):
         ax.axvline(start - 0.5, color="0.6", ls=":", lw=0.8)
     lo, hi = min(heights + [0.0]), max(heights + [0.0])
-    ax.set_ylim(lo - 0.1 * (hi - lo or 1), hi + 0.35 * (hi - lo or 1))   # room for the legend
+    ax.set_ylim(lo - 0.1 * (hi - lo or 1), hi + 0.45 * (hi - lo or 1))   # room for the legend
     ax.set_xlim(-0.6, n - 0.4)
     _label(ax, "One row of scores, walked in blocks", "element of the row", "score")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper center", ncol=3)
 
 
 def _draw_running(ax, steps, k):
