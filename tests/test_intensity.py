@@ -3,8 +3,9 @@
 import math
 
 import pytest
+import torch
 
-from helpers import hardware, intensity, prediction, roofline
+from helpers import hardware, intensity, launches, prediction, roofline
 
 H100 = hardware.GPUS["H100-SXM"]
 
@@ -152,3 +153,89 @@ def test_every_version_has_the_same_flops():
         works = [op(64, 128, "bf16", version=v) for v in versions]
         assert len({w.flops for w in works}) == 1, op.__name__
         assert min(w.nbytes for w in works) == op(64, 128, "bf16").nbytes, "fused moves least"
+
+
+# --------------------------------------------------------------------------------------
+# Lesson 06: intensity.attention, per pass, as the field counts it
+# --------------------------------------------------------------------------------------
+
+
+def test_attention_flops_are_the_fields_convention():
+    b, h, n, d = 4, 16, 4096, 128
+    fwd = intensity.attention(b, h, n, n, d, "bf16")
+    # FlashAttention's benchmark: 4 * batch * seqlen^2 * nheads * headdim // (2 if causal)
+    assert fwd.flops == 4 * b * n * n * h * d
+    assert intensity.attention(b, h, n, n, d, "bf16", causal=True).flops == fwd.flops // 2
+    bwd = intensity.attention(b, h, n, n, d, "bf16", pass_="backward")
+    assert bwd.flops == 2.5 * fwd.flops                     # five matmuls to the forward's two
+    assert intensity.attention(b, h, n, n, d, "bf16", True, pass_="backward").flops == \
+        bwd.flops // 2
+    for pass_ in intensity.ATTENTION_PASSES:                # one count for every version
+        assert len({intensity.attention(2, 3, 64, 96, 32, "fp16", version=v, pass_=pass_).flops
+                    for v in intensity.ATTENTION_VERSIONS}) == 1
+    assert fwd.peak_dtype == "bf16"                         # matmuls: the tensor-core roof
+
+
+def test_attention_causal_halving_is_within_one_over_n_of_the_exact_count():
+    for n in (512, 1024, 16384):
+        exact = sum(min(i + 1, n) for i in range(n))        # key j <= query i
+        assert exact == n * (n + 1) // 2
+        half = intensity.attention(1, 1, n, n, 1, "fp32", causal=True).flops
+        assert half / (4 * exact) == pytest.approx(1 - 1 / (n + 1))
+
+
+def test_attention_flash_bytes_by_hand():
+    # B=1, H=2, N=4, d=8, fp16: Q, K, V, O are 2*4*8 = 64 elements of 2 bytes; lse 8 rows.
+    fwd = intensity.attention(1, 2, 4, 4, 8, "fp16")
+    assert fwd.nbytes == 4 * 64 * 2 + 8 * 4
+    bwd = intensity.attention(1, 2, 4, 4, 8, "fp16", pass_="backward")
+    # read Q, K, V, O, dO and lse; write dQ, dK, dV; delta written and read back
+    assert bwd.nbytes == 8 * 64 * 2 + 8 * 4 + 2 * 8 * 4
+    assert intensity.attention(1, 2, 4, 4, 8, "fp16", causal=True).nbytes == fwd.nbytes
+    gqa = intensity.attention(1, 2, 4, 4, 8, "fp16", kv_heads=1)   # K, V of one head
+    assert gqa.nbytes == fwd.nbytes - 2 * 32 * 2
+
+
+def test_attention_intensity_grows_with_n_when_fused_and_stalls_when_not():
+    flash = [intensity.attention(4, 16, n, n, 128, "bf16").intensity for n in (1024, 16384)]
+    naive = [intensity.attention(4, 16, n, n, 128, "bf16", version="naive").intensity
+             for n in (1024, 16384)]
+    assert flash[1] / flash[0] == pytest.approx(16, rel=0.01)      # ~N/2 FLOP per byte
+    assert naive[1] / naive[0] < 1.1 and naive[1] < 4 * 128 / 28 * 1.01  # 28 B per score
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_attention_naive_bytes_are_what_naive_attention_launches(dtype, causal, kv_heads):
+    """The hand count against every aten op naive attention and its autograd backward
+    dispatch (helpers.launches.trace). ``aten._unsafe_view`` is a view that moves nothing,
+    but its schema does not say so and the tracer counts it: it is left out here."""
+    from helpers.kernels.attention import naive_attention
+
+    b, h, nq, nk, d = 2, 4, 8, 6, 16
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(b, h, nq, d, generator=g).to(dtype).requires_grad_()
+    k, v = (torch.randn(b, kv_heads, nk, d, generator=g).to(dtype).requires_grad_()
+            for _ in range(2))
+
+    def moved(tr):
+        return sum(c.read + c.written for c in tr if c.op != "aten._unsafe_view")
+
+    fwd = launches.trace(naive_attention, q, k, v, causal=causal)
+    do = torch.randn_like(fwd.result)
+    bwd = launches.trace(torch.autograd.grad, fwd.result, (q, k, v), do)
+    for pass_, tr in (("forward", fwd), ("backward", bwd)):
+        want = intensity.attention(b, h, nq, nk, d, dtype, causal, "naive", pass_, kv_heads)
+        assert moved(tr) == want.nbytes, f"{pass_}:\n{tr.table()}\n{want.describe()}"
+
+
+def test_attention_bad_inputs():
+    with pytest.raises(ValueError, match="unknown version"):
+        intensity.attention(1, 1, 4, 4, 8, version="tiled")
+    with pytest.raises(ValueError, match="unknown version"):
+        intensity.attention(1, 1, 4, 4, 8, pass_="sideways")
+    with pytest.raises(ValueError, match="multiple of kv_heads"):
+        intensity.attention(1, 6, 4, 4, 8, kv_heads=4)
+    with pytest.raises(ValueError, match="positive whole number"):
+        intensity.attention(1, 1, 0, 4, 8)
