@@ -89,6 +89,8 @@ class Launch:
     written: dict = field(default_factory=dict, repr=False)
     after: dict = field(default_factory=dict, repr=False)
     read: set = field(default_factory=set, repr=False)   # arguments some load read from
+    # Set by the guard: argument name -> bool array over its storage, the elements read.
+    read_elements: dict = field(default_factory=dict, repr=False)
 
     def defined_in(self, namespace: dict) -> bool:
         return getattr(self.fn, "__globals__", None) is namespace
@@ -312,11 +314,33 @@ def _mark_written(launch, addresses) -> None:
 
 
 def _mark_read(launch, addresses) -> None:
-    """Note the tensors a load's in-bounds lanes read from."""
-    for name, start, end, *_ in launch.ranges:
-        if name not in launch.read and addresses.size and \
-                ((addresses >= np.uint64(start)) & (addresses < np.uint64(end))).any():
+    """Note the tensors, and their elements, that a load's in-bounds lanes read."""
+    for name, start, end, size, *_ in launch.ranges:
+        sel = addresses[(addresses >= np.uint64(start)) & (addresses < np.uint64(end))]
+        if sel.size:
             launch.read.add(name)
+            mask = launch.read_elements.get(name)
+            if mask is None:
+                mask = launch.read_elements[name] = np.zeros((end - start) // size, dtype=bool)
+            mask[((sel - np.uint64(start)) // np.uint64(size)).astype(np.int64)] = True
+
+
+def elements_read(launches, tensor) -> "np.ndarray":
+    """Which elements of ``tensor`` some load of the traced ``launches`` read: a bool
+    array shaped like ``tensor`` (a causal kernel that skips hidden tiles leaves the keys
+    after each query block unread by that block's program)."""
+    import torch
+
+    idx = _storage_indices(tensor)
+    seen = np.zeros(idx.shape, dtype=bool)
+    ptr = tensor.untyped_storage().data_ptr()
+    for launch in launches:
+        for name, t in launch.tensors.items():
+            mask = launch.read_elements.get(name)
+            if mask is not None and t.untyped_storage().data_ptr() == ptr:
+                inside = idx < mask.size
+                seen[inside] |= mask[idx[inside]]
+    return seen.reshape(tuple(tensor.shape)) if torch.is_tensor(tensor) else seen
 
 
 def read_by(launches, tensor) -> bool:

@@ -1,0 +1,305 @@
+"""Attention, lesson 06: from the N x N score matrix to FlashAttention's fused kernels.
+
+``attention(Q, K, V) = softmax(Q K^T * sm_scale) V``, row by row, with ``sm_scale =
+1/sqrt(d)`` unless given. Read top to bottom:
+
+* :func:`attention_reference`: the spec, in float64.
+* :func:`naive_attention`: standard attention as separate PyTorch ops. The scores S and
+  probabilities P, ``seq_q x seq_k`` per head, are written to HBM and read back: at
+  16k tokens that is 512 MiB of bf16 per head, and the memory grows as N^2.
+* :func:`tiled_attention_forward`, :func:`tiled_attention_backward`, :func:`tiled_attention`:
+  FlashAttention-2 in plain PyTorch over blocks (:mod:`helpers.kernels.attention_tiled`),
+  the algorithm before the kernel; it runs on any device and is differentiable.
+* :func:`flash_attention_forward`, :func:`flash_attention_backward`, :func:`flash_attention`:
+  the same algorithm as Triton kernels (:mod:`helpers.kernels.attention_forward`,
+  :mod:`helpers.kernels.attention_backward`), O(N) memory, differentiable through
+  :class:`FlashAttention`, which saves the log-sum-exp for the backward pass.
+
+Shapes: ``q`` is ``(batch, seq_q, d)`` or ``(batch, heads, seq_q, d)``; ``k`` and ``v`` are
+``(batch, seq_k, d)`` or ``(batch, kv_heads, seq_k, d)`` with ``heads`` a multiple of
+``kv_heads`` (grouped-query attention). ``causal=True`` lets query ``i`` see keys
+``j <= i``, aligned at the top left like ``scaled_dot_product_attention(is_causal=True)``.
+``lse`` is the natural-log log-sum-exp of each row of scaled scores, fp32, shaped like
+``q`` without its last dimension.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import runtime
+from ..dtypes import FLOAT_DTYPES
+from . import attention_backward, attention_forward, attention_tiled
+from .attention_backward import (attention_bwd_dkdv_kernel, attention_bwd_dq_kernel,
+                                 attention_bwd_preprocess_kernel)
+from .attention_forward import attention_fwd_kernel
+from .checks import check_tensor
+
+__all__ = [
+    "attention_reference", "naive_attention", "tiled_attention_forward",
+    "tiled_attention_backward", "tiled_attention", "flash_attention_forward",
+    "flash_attention_backward", "flash_attention", "FlashAttention", "TiledAttention",
+    "attention_fwd_kernel", "attention_bwd_preprocess_kernel", "attention_bwd_dkdv_kernel",
+    "attention_bwd_dq_kernel", "HEAD_DIMS", "TOLERANCES",
+]
+
+HEAD_DIMS = (16, 32, 64, 128)      # powers of two: tl.arange needs one, tl.dot needs >= 16
+
+# (atol, rtol) of outputs and gradients against the float64 reference. P is rounded to
+# the inputs' dtype before the P @ V matmul (as in every FlashAttention), so the error is
+# a few units in the last place of that dtype; fp32 runs through TF32 tensor cores on a
+# GPU (10 mantissa bits, like fp16) but exactly in the interpreter.
+TOLERANCES = {
+    torch.float32: (2e-3, 2e-3),
+    torch.float16: (4e-3, 4e-3),
+    torch.bfloat16: (3e-2, 3e-2),
+}
+
+
+# --------------------------------------------------------------------------------------
+# The spec and the unfused version.
+# --------------------------------------------------------------------------------------
+
+
+def _scale(q: torch.Tensor, sm_scale) -> float:
+    return 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+
+
+def attention_reference(q, k, v, causal: bool = False, sm_scale=None):
+    """The spec: ``(o, lse)`` in float64, from the whole score matrix at once."""
+    q4, k4, v4, squeeze = _four_dims(q, k, v)
+    heads = q4.shape[1]
+    k4 = attention_tiled.expand_kv(k4, heads).double()
+    v4 = attention_tiled.expand_kv(v4, heads).double()
+    s = q4.double() @ k4.transpose(-1, -2) * _scale(q, sm_scale)
+    if causal:
+        rows = torch.arange(s.shape[-2], device=s.device)
+        cols = torch.arange(s.shape[-1], device=s.device)
+        s = s.masked_fill(~attention_tiled.causal_mask(rows, cols), -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.softmax(s, dim=-1) @ v4
+    return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
+
+
+def naive_attention(q, k, v, causal: bool = False, sm_scale=None):
+    """Standard attention as separate PyTorch ops, each a kernel with its own HBM round trip.
+
+    Per head: ``S = Q K^T`` writes ``seq_q x seq_k`` scores, the scale and the mask read
+    and write them again, the softmax (in fp32) reads them and writes P, and ``P V``
+    reads P. The memory this needs grows with ``seq_q * seq_k``.
+    """
+    q4, k4, v4, squeeze = _four_dims(q, k, v)
+    heads = q4.shape[1]
+    k4, v4 = attention_tiled.expand_kv(k4, heads), attention_tiled.expand_kv(v4, heads)
+    s = (q4 @ k4.transpose(-1, -2)) * _scale(q, sm_scale)          # N x N in HBM
+    if causal:
+        rows = torch.arange(s.shape[-2], device=s.device)
+        cols = torch.arange(s.shape[-1], device=s.device)
+        s = s.masked_fill(~attention_tiled.causal_mask(rows, cols), -math.inf)
+    p = torch.softmax(s.float(), dim=-1).to(q.dtype)                # N x N again
+    o = p @ v4
+    return o.squeeze(1) if squeeze else o
+
+
+# --------------------------------------------------------------------------------------
+# Input checks: one place, for the tiled version and the kernels alike.
+# --------------------------------------------------------------------------------------
+
+
+def _four_dims(q, k, v):
+    """``(q, k, v)`` as 4-D views, and whether the inputs were 3-D; clear errors first."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() not in (3, 4):
+            raise ValueError(f"{name} must be (batch, seq, d) or (batch, heads, seq, d), "
+                             f"got shape {tuple(x.shape)}")
+    if not q.dim() == k.dim() == v.dim():
+        raise ValueError(f"q, k and v must have the same number of dimensions, got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and "
+                         f"{tuple(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    squeeze = q.dim() == 3
+    q4, k4, v4 = (x.unsqueeze(1) for x in (q, k, v)) if squeeze else (q, k, v)
+    (batch, heads, seq_q, d), (kv_batch, kv_heads, seq_k, kv_d) = q4.shape, k4.shape
+    if kv_batch != batch or kv_d != d:
+        raise ValueError(f"k and v must match q's batch and head dimension: q is "
+                         f"{tuple(q.shape)}, k is {tuple(k.shape)}")
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"q has {heads} heads and k, v have {kv_heads}: the query heads must "
+                         "be a multiple of the key/value heads (grouped-query attention)")
+    if seq_q == 0 or seq_k == 0 or batch == 0:
+        raise ValueError(f"empty attention: q is {tuple(q.shape)}, k is {tuple(k.shape)}")
+    return q4, k4, v4, squeeze
+
+
+def _check_kernel_inputs(q4, k4, v4) -> None:
+    dtypes = FLOAT_DTYPES if runtime.is_gpu() else (torch.float16, torch.float32)
+    for name, x in (("q", q4), ("k", k4), ("v", v4)):
+        check_tensor(x, name, dtypes=dtypes, contiguous=False)
+        if x.stride(-1) != 1:
+            raise ValueError(f"{name}'s last dimension (d) is not contiguous (stride "
+                             f"{x.stride(-1)}): the kernels load rows of d elements at once. "
+                             f"Pass {name}.contiguous().")
+    d = q4.shape[-1]
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head dimension {d} is not supported: the kernels take d in "
+                         f"{HEAD_DIMS} (a power of two, at least 16 for the tensor cores). "
+                         "Pad q, k and v with zeros up to the next one.")
+
+
+# --------------------------------------------------------------------------------------
+# Block sizes: measured on the GPU (see helpers.experiments.attention), small in CPU mode.
+# --------------------------------------------------------------------------------------
+
+
+def forward_config(head_dim: int, dtype: torch.dtype) -> dict:
+    """The forward kernel's tile and launch settings for this head size and dtype.
+
+    From a sweep on an H100 (bf16, batch 4, 16 heads, 8192 tokens; 24 settings of
+    ``block_m``, ``block_n``, ``num_warps`` and ``num_stages``): at d = 128, tiles of
+    128 x 128 with 8 warps and 3 stages reached 519 TFLOP/s non-causal and 477 causal,
+    the best of the sweep; 128 x 64 gave 491 and 451. At d = 64, 128 x 64 with 8 warps
+    and 3 stages was best (426). Three stages of a 128 x 128 K tile and a V tile in
+    bf16 are 192 KiB of the H100's 227 KiB of shared memory per SM.
+    """
+    if runtime.is_cpu():
+        return _tiles(32, 32, 4, 1)
+    if dtype == torch.float32:          # 4-byte tiles: half the keys fit in SRAM
+        return _tiles(64, 32, 4, 2)
+    if head_dim == 128:
+        return _tiles(128, 128, 8, 3)
+    return _tiles(128, 64, 8 if head_dim == 64 else 4, 3)
+
+
+def backward_config(head_dim: int, dtype: torch.dtype) -> dict:
+    """The backward kernels' settings: ``dkdv`` for the dK/dV kernel, ``dq_tiles`` for dQ.
+
+    The dK/dV kernel's K/V tile is resident, so its ``block_n`` is a multiple of its
+    ``block_m``; the dQ kernel's Q tile is, so there ``block_m`` is a multiple of ``block_n``.
+    From sweeps of each kernel alone on an H100 (bf16, d = 128, batch 4, 16 heads, 8192
+    tokens, 16 settings each): dK/dV took 7.9 ms with 64 x 64 tiles, 4 warps and 2 stages
+    against 8.7 ms for the next best and 27.4 ms for 32 x 128 with 4 warps and 3 stages
+    (its two 128 x 128 fp32 accumulators do not fit in 4 warps' registers); dQ took 5.5 ms
+    with 128 x 64, 8 warps and 3 stages, 6.0 ms with 128 x 32, 4 warps, 3 stages.
+    """
+    if runtime.is_cpu():
+        return dict(dkdv=_tiles(16, 32, 4, 1), dq_tiles=_tiles(32, 16, 4, 1))
+    if dtype == torch.float32:
+        return dict(dkdv=_tiles(32, 64, 4, 2), dq_tiles=_tiles(64, 32, 4, 2))
+    return dict(dkdv=_tiles(64, 64, 4, 2), dq_tiles=_tiles(128, 64, 8, 3))
+
+
+def _tiles(block_m: int, block_n: int, num_warps: int, num_stages: int) -> dict:
+    return dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+
+
+# --------------------------------------------------------------------------------------
+# The public API.
+# --------------------------------------------------------------------------------------
+
+
+def tiled_attention_forward(q, k, v, causal: bool = False, sm_scale=None,
+                            block_m: int = 64, block_n: int = 64):
+    """``(o, lse)`` by FlashAttention-2's algorithm in plain PyTorch, on any device."""
+    q4, k4, v4, squeeze = _four_dims(q, k, v)
+    o, lse = attention_tiled.forward(q4, k4, v4, causal, _scale(q, sm_scale), block_m, block_n)
+    return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
+
+
+def tiled_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale=None,
+                             block_m: int = 64, block_n: int = 64):
+    """``(dq, dk, dv)`` recomputed block by block from the saved ``lse``, in plain PyTorch."""
+    q4, k4, v4, squeeze = _four_dims(q, k, v)
+    do4, o4, lse4 = (do.unsqueeze(1), o.unsqueeze(1), lse.unsqueeze(1)) if squeeze else (do, o, lse)
+    grads = attention_tiled.backward(do4, q4, k4, v4, o4, lse4, causal, _scale(q, sm_scale),
+                                     block_m, block_n)
+    return tuple(g.squeeze(1) for g in grads) if squeeze else grads
+
+
+def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **config):
+    """``(o, lse)`` from the Triton forward kernel. ``config`` overrides
+    :func:`forward_config` (``block_m``, ``block_n``, ``num_warps``, ``num_stages``)."""
+    q4, k4, v4, squeeze = _four_dims(q, k, v)
+    _check_kernel_inputs(q4, k4, v4)
+    settings = {**forward_config(q4.shape[-1], q4.dtype), **config}
+    if settings["block_m"] % settings["block_n"]:
+        raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
+                         "is block_m keys wide and is walked in tiles of block_n")
+    o = torch.empty_like(q4, memory_format=torch.contiguous_format)
+    lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
+    attention_forward.launch(q4, k4, v4, o, lse, bool(causal), _scale(q, sm_scale), **settings)
+    return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
+
+
+def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale=None,
+                             **config):
+    """``(dq, dk, dv)`` from the Triton backward kernels, recomputing P from ``lse``."""
+    q4, k4, v4, squeeze = _four_dims(q, k, v)
+    _check_kernel_inputs(q4, k4, v4)
+    do4, o4, lse4 = (do.unsqueeze(1), o.unsqueeze(1), lse.unsqueeze(1)) if squeeze else (do, o, lse)
+    if do4.shape != q4.shape or o4.shape != q4.shape or lse4.shape != q4.shape[:-1]:
+        raise ValueError(f"do and o must have q's shape {tuple(q.shape)} and lse "
+                         f"{tuple(q.shape[:-1])}; got {tuple(do.shape)}, {tuple(o.shape)}, "
+                         f"{tuple(lse.shape)}")
+    if lse4.dtype != torch.float32:
+        raise TypeError(f"lse must be float32 (as the forward returns it), got {lse.dtype}")
+    # One layout for q, o, do, dq and one for k, v, dk, dv: the kernels share strides.
+    q4, k4, v4 = q4.contiguous(), k4.contiguous(), v4.contiguous()
+    do4, o4, lse4 = do4.to(q4.dtype).contiguous(), o4.to(q4.dtype).contiguous(), lse4.contiguous()
+    dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+    delta = torch.empty_like(lse4)
+    settings = {**backward_config(q4.shape[-1], q4.dtype), **config}
+    attention_backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, bool(causal),
+                              _scale(q, sm_scale), **settings)
+    grads = (dq, dk, dv)
+    return tuple(g.squeeze(1) for g in grads) if squeeze else grads
+
+
+class FlashAttention(torch.autograd.Function):
+    """The Triton kernels under autograd: the forward saves ``lse``, the backward uses it."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        o, lse = flash_attention_forward(q, k, v, causal, sm_scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None
+
+
+class TiledAttention(torch.autograd.Function):
+    """The plain-PyTorch tiled version under autograd, with the kernels' interface."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        o, lse = tiled_attention_forward(q, k, v, causal, sm_scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        return (*tiled_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale),
+                None, None)
+
+
+def flash_attention(q, k, v, causal: bool = False, sm_scale=None):
+    """Attention by the Triton kernels, differentiable: ``o`` shaped like ``q``."""
+    return FlashAttention.apply(q, k, v, causal, sm_scale)
+
+
+def tiled_attention(q, k, v, causal: bool = False, sm_scale=None):
+    """Attention by the tiled PyTorch version, differentiable: ``o`` shaped like ``q``."""
+    return TiledAttention.apply(q, k, v, causal, sm_scale)

@@ -1,0 +1,227 @@
+"""The FlashAttention-2 backward pass: three Triton kernels, no N x N matrix in HBM.
+
+The forward pass saved only the output O and one log-sum-exp per row. The backward
+recomputes every block of probabilities from them, ``P = exp(S - lse)`` with
+``S = Q K^T * sm_scale``: no second softmax, no stored P. Per block it needs
+
+* ``dV += P^T dO``                      (a matmul)
+* ``dP  = dO V^T``                      (a matmul)
+* ``dS  = P * (dP - delta)``            (elementwise; ``delta = rowsum(dO * O)``)
+* ``dQ += dS K * sm_scale``             (a matmul)
+* ``dK += dS^T Q * sm_scale``           (a matmul)
+
+and recomputing ``S = Q K^T`` is a fifth: five matmuls of the forward's size against its
+two, which is why the backward does 2.5x the forward's FLOPs.
+
+``delta`` is the softmax's Jacobian collapsed to one number a row: ``sum_j P_ij dP_ij``,
+which equals ``sum_d dO_id O_id``. :func:`attention_bwd_preprocess_kernel` computes it
+once from O and dO, so the other kernels read one float a row instead of a block of P.
+
+Each of dK/dV and dQ is a sum over one axis of the score matrix, so the work splits in
+two kernels that need no atomics: :func:`attention_bwd_dkdv_kernel` keeps one K/V tile
+resident and streams every Q block that sees it (and, for grouped-query attention,
+every query head that shares it); :func:`attention_bwd_dq_kernel` keeps one Q tile
+resident and streams the K/V tiles, like the forward. Both skip the tiles a causal mask
+hides and mask only the diagonal band.
+
+Rows past the end of a sequence are loaded as zeros, and zero rows of Q, dO, K or V
+add nothing to any gradient, so only the causal band needs a mask in the arithmetic.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2_E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def attention_bwd_preprocess_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_om,
+                                    heads, seq_q,
+                                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """``delta = rowsum(dO * O)`` in fp32; ``dO`` has the same strides as ``O``."""
+    pid_m = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    head_offset = (batch_head // heads).to(tl.int64) * stride_ob \
+        + (batch_head % heads).to(tl.int64) * stride_oh
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offsets = head_offset + rows[:, None] * stride_om + tl.arange(0, HEAD_DIM)[None, :]
+    o = tl.load(O + offsets, mask=rows[:, None] < seq_q, other=0.0).to(tl.float32)
+    do = tl.load(DO + offsets, mask=rows[:, None] < seq_q, other=0.0).to(tl.float32)
+    tl.store(DELTA + batch_head.to(tl.int64) * seq_q + rows, tl.sum(o * do, axis=1),
+             mask=rows < seq_q)
+
+
+@triton.jit
+def _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row, stride_qm,
+                    cols, start, stop, seq_q, qk_scale,
+                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """dK and dV of one resident K/V tile from the Q blocks of rows ``start .. stop``."""
+    dims = tl.arange(0, HEAD_DIM)
+    for start_m in range(start, stop, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        rows = start_m + tl.arange(0, BLOCK_M)
+        offsets = rows[:, None] * stride_qm + dims[None, :]
+        if MASKED:
+            q = tl.load(q_head + offsets, mask=rows[:, None] < seq_q, other=0.0)
+            do = tl.load(do_head + offsets, mask=rows[:, None] < seq_q, other=0.0)
+            lse = tl.load(lse_row + rows, mask=rows < seq_q, other=0.0)
+            delta = tl.load(delta_row + rows, mask=rows < seq_q, other=0.0)
+        else:
+            q = tl.load(q_head + offsets)
+            do = tl.load(do_head + offsets)
+            lse = tl.load(lse_row + rows)
+            delta = tl.load(delta_row + rows)
+        # Transposed blocks (keys down, queries across): P^T = exp2(K Q^T * c - lse2).
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :] * LOG2_E)
+        if CAUSAL and MASKED:
+            p_t = tl.where(cols[:, None] <= rows[None, :], p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        dp_t = tl.dot(v, tl.trans(do))
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@triton.jit
+def attention_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
+                              stride_qb, stride_qh, stride_qm,
+                              stride_kb, stride_kh, stride_kn,
+                              heads, seq_q, seq_k,
+                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              CAUSAL: tl.constexpr):
+    """One K/V tile per program; Q, dO (same strides as Q), and dK, dV (as K) in HBM."""
+    pid_n = tl.program_id(0)
+    batch_kv_head = tl.program_id(1)
+    kv_heads = heads // GROUP
+    b = (batch_kv_head // kv_heads).to(tl.int64)
+    h_kv = (batch_kv_head % kv_heads).to(tl.int64)
+    kv_offset = b * stride_kb + h_kv * stride_kh
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_DIM)
+    kv_offsets = kv_offset + cols[:, None] * stride_kn + dims[None, :]
+    k = tl.load(K + kv_offsets, mask=cols[:, None] < seq_k, other=0.0)
+    v = tl.load(V + kv_offsets, mask=cols[:, None] < seq_k, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * LOG2_E
+
+    full_blocks_end = (seq_q // BLOCK_M) * BLOCK_M
+    if CAUSAL:
+        # Rows above the tile's first key see none of it: start at the diagonal band.
+        band_end = tl.minimum(pid_n * BLOCK_N + BLOCK_N, seq_q)
+        band_start = tl.minimum(pid_n * BLOCK_N, band_end)
+    else:
+        band_start = 0
+        band_end = 0
+    tail_start = tl.maximum(band_end, full_blocks_end)
+    for g in range(GROUP):                 # every query head that shares this K/V head
+        batch_head = b * heads + h_kv * GROUP + g
+        q_head = Q + b * stride_qb + (h_kv * GROUP + g) * stride_qh
+        do_head = DO + b * stride_qb + (h_kv * GROUP + g) * stride_qh
+        lse_row = LSE + batch_head * seq_q
+        delta_row = DELTA + batch_head * seq_q
+        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
+                                 stride_qm, cols, band_start, band_end, seq_q, qk_scale,
+                                 HEAD_DIM, BLOCK_M, True, CAUSAL)
+        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
+                                 stride_qm, cols, band_end, full_blocks_end, seq_q, qk_scale,
+                                 HEAD_DIM, BLOCK_M, False, CAUSAL)
+        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
+                                 stride_qm, cols, tail_start, seq_q, seq_q, qk_scale,
+                                 HEAD_DIM, BLOCK_M, True, CAUSAL)
+    tl.store(DK + kv_offsets, (dk * sm_scale).to(DK.dtype.element_ty), mask=cols[:, None] < seq_k)
+    tl.store(DV + kv_offsets, dv.to(DV.dtype.element_ty), mask=cols[:, None] < seq_k)
+
+
+@triton.jit
+def _dq_from_tiles(dq, q, do, lse, delta, k_head, v_head, stride_kn, rows,
+                   start, stop, seq_k, qk_scale,
+                   HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+                   MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """dQ of one resident Q tile from the K/V tiles of keys ``start .. stop``."""
+    dims = tl.arange(0, HEAD_DIM)
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + tl.arange(0, BLOCK_N)
+        offsets = cols[:, None] * stride_kn + dims[None, :]
+        if MASKED:
+            k = tl.load(k_head + offsets, mask=cols[:, None] < seq_k, other=0.0)
+            v = tl.load(v_head + offsets, mask=cols[:, None] < seq_k, other=0.0)
+        else:
+            k = tl.load(k_head + offsets)
+            v = tl.load(v_head + offsets)
+        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
+        if CAUSAL and MASKED:
+            p = tl.where(cols[None, :] <= rows[:, None], p, 0.0)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.jit
+def attention_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
+                            stride_qb, stride_qh, stride_qm,
+                            stride_kb, stride_kh, stride_kn,
+                            heads, seq_q, seq_k,
+                            GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            CAUSAL: tl.constexpr):
+    """One Q tile per program; dO and dQ have Q's strides, V has K's."""
+    pid_m = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    b = (batch_head // heads).to(tl.int64)
+    h = (batch_head % heads).to(tl.int64)
+    q_offset = b * stride_qb + h * stride_qh
+    kv_offset = b * stride_kb + (h // GROUP) * stride_kh
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offsets = q_offset + rows[:, None] * stride_qm + tl.arange(0, HEAD_DIM)[None, :]
+    q = tl.load(Q + offsets, mask=rows[:, None] < seq_q, other=0.0)
+    do = tl.load(DO + offsets, mask=rows[:, None] < seq_q, other=0.0)
+    row_offsets = batch_head.to(tl.int64) * seq_q + rows
+    lse = tl.load(LSE + row_offsets, mask=rows < seq_q, other=0.0) * LOG2_E
+    delta = tl.load(DELTA + row_offsets, mask=rows < seq_q, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * LOG2_E
+
+    full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        unmasked_end = tl.minimum(pid_m * BLOCK_M, full_tiles_end)
+        stop = tl.minimum(pid_m * BLOCK_M + BLOCK_M, seq_k)
+    else:
+        unmasked_end = full_tiles_end
+        stop = seq_k
+    dq = _dq_from_tiles(dq, q, do, lse, delta, K + kv_offset, V + kv_offset, stride_kn, rows,
+                        0, unmasked_end, seq_k, qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL)
+    dq = _dq_from_tiles(dq, q, do, lse, delta, K + kv_offset, V + kv_offset, stride_kn, rows,
+                        unmasked_end, stop, seq_k, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL)
+    tl.store(DQ + offsets, (dq * sm_scale).to(DQ.dtype.element_ty), mask=rows[:, None] < seq_q)
+
+
+def launch(do, q, k, v, o, lse, dq, dk, dv, delta, causal: bool, sm_scale: float, *,
+           dkdv: dict, dq_tiles: dict) -> None:
+    """Fill ``dq``, ``dk``, ``dv`` (and the scratch ``delta``) for checked 4-D tensors.
+
+    ``q``, ``o``, ``do`` and ``dq`` share one layout, as do ``k``, ``v``, ``dk`` and ``dv``
+    (the public launcher makes them contiguous). ``dkdv`` and ``dq_tiles`` each hold
+    ``block_m``, ``block_n``, ``num_warps`` and ``num_stages`` for their kernel."""
+    batch, heads, seq_q, head_dim = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    q_strides = (q.stride(0), q.stride(1), q.stride(2))
+    k_strides = (k.stride(0), k.stride(1), k.stride(2))
+    attention_bwd_preprocess_kernel[(triton.cdiv(seq_q, 64), batch * heads)](
+        o, do, delta, *q_strides, heads, seq_q, HEAD_DIM=head_dim, BLOCK_M=64)
+    attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, dkdv["block_n"]), batch * kv_heads)](
+        q, k, v, do, lse, delta, dk, dv, sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=dkdv["block_m"], BLOCK_N=dkdv["block_n"],
+        CAUSAL=causal, num_warps=dkdv["num_warps"], num_stages=dkdv["num_stages"])
+    attention_bwd_dq_kernel[(triton.cdiv(seq_q, dq_tiles["block_m"]), batch * heads)](
+        q, k, v, do, lse, delta, dq, sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=dq_tiles["block_m"],
+        BLOCK_N=dq_tiles["block_n"], CAUSAL=causal, num_warps=dq_tiles["num_warps"],
+        num_stages=dq_tiles["num_stages"])

@@ -1,0 +1,146 @@
+"""The FlashAttention-2 forward pass as one Triton kernel.
+
+One program owns one block of ``BLOCK_M`` query rows of one head. Its Q tile is loaded
+once and stays in registers; the K and V tiles of the head stream past it, ``BLOCK_N``
+keys at a time, through shared memory (SRAM). Each K tile gives a ``BLOCK_M x BLOCK_N``
+block of scores, which becomes probabilities and is multiplied into the output at once:
+scores and probabilities never travel to HBM. What does travel: Q, K and V are read,
+the output O and one log-sum-exp per row (for the backward pass) are written. For one
+head of ``N`` rows, ``N / BLOCK_M`` programs read K and V each, against naive attention's
+``N x N`` scores written and read back several times.
+
+The online softmax keeps three things per query row, all fp32 in registers: the running
+maximum ``m``, the running sum ``l`` and the unnormalised output ``acc``. When a K tile
+raises the maximum, ``l`` and ``acc`` are scaled by ``2^(m_old - m_new)`` before the tile's
+terms are added. The scores are kept in base 2 (``sm_scale * log2(e)`` folded into one
+multiply), so the exponentials are ``exp2``, one hardware instruction (``MUFU.EX2``)
+where ``exp`` would need an extra multiply.
+
+Causal attention (query ``i`` sees keys ``j <= i``) splits each program's keys in two:
+
+* the K tiles entirely left of the diagonal band are fully visible: no mask at all;
+* the tiles of the diagonal band (``BLOCK_M`` keys starting at the program's first row)
+  are masked element by element;
+* the tiles right of the band are fully hidden and never loaded: half of all the work
+  of a long causal sequence is skipped.
+
+The last, partial tile of a sequence that is not a multiple of ``BLOCK_N`` is masked
+too; every full tile before it runs the unmasked loop.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2_E = tl.constexpr(1.4426950408889634)   # exp(x) = exp2(x * log2(e))
+LN_2 = tl.constexpr(0.6931471805599453)     # the saved lse goes back to natural log
+
+
+@triton.jit
+def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
+                     rows, start, stop, seq_k, qk_scale,
+                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+                     MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """The inner loop: the K/V tiles of keys ``start .. stop`` past one resident Q tile."""
+    dims = tl.arange(0, HEAD_DIM)
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + tl.arange(0, BLOCK_N)
+        k_ptrs = k_head + cols[:, None] * stride_kn + dims[None, :]
+        v_ptrs = v_head + cols[:, None] * stride_vn + dims[None, :]
+        if MASKED:
+            k = tl.load(k_ptrs, mask=cols[:, None] < seq_k, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        # BLOCK_M x BLOCK_N scores on the tensor cores, accumulated in fp32, in log2 units.
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        if MASKED:
+            visible = cols[None, :] < seq_k
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= rows[:, None])
+            s = tl.where(visible, s, float("-inf"))
+        # The online softmax: a larger maximum rescales what was summed before. The
+        # first tile visited always holds key 0, which every row sees, so m_new is finite.
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        rescale = tl.math.exp2(m_i - m_new)
+        l_i = l_i * rescale + tl.sum(p, 1)
+        if MASKED:
+            v = tl.load(v_ptrs, mask=cols[:, None] < seq_k, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        # P goes to the tensor cores in the inputs' dtype; the sum stays fp32.
+        acc = acc * rescale[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
+                         stride_qb, stride_qh, stride_qm,
+                         stride_kb, stride_kh, stride_kn,
+                         stride_vb, stride_vh, stride_vn,
+                         stride_ob, stride_oh, stride_om,
+                         heads, seq_q, seq_k,
+                         GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         CAUSAL: tl.constexpr):
+    pid_m = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    b = (batch_head // heads).to(tl.int64)
+    h = (batch_head % heads).to(tl.int64)
+    h_kv = h // GROUP                      # grouped-query attention: GROUP heads share K, V
+    q_head = Q + b * stride_qb + h * stride_qh
+    k_head = K + b * stride_kb + h_kv * stride_kh
+    v_head = V + b * stride_vb + h_kv * stride_vh
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    # The Q tile: read once from HBM, resident for the whole loop.
+    q = tl.load(q_head + rows[:, None] * stride_qm + dims[None, :],
+                mask=rows[:, None] < seq_q, other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * LOG2_E
+
+    full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N              # keys in whole K tiles
+    if CAUSAL:
+        band = pid_m * BLOCK_M             # the diagonal band starts at the first row
+        unmasked_end = tl.minimum(band, full_tiles_end)
+        stop = tl.minimum(band + BLOCK_M, seq_k)                # tiles past it: skipped
+    else:
+        unmasked_end = full_tiles_end
+        stop = seq_k
+    acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
+                                     rows, 0, unmasked_end, seq_k, qk_scale,
+                                     HEAD_DIM, BLOCK_N, False, CAUSAL)
+    acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
+                                     rows, unmasked_end, stop, seq_k, qk_scale,
+                                     HEAD_DIM, BLOCK_N, True, CAUSAL)
+
+    # Normalise once at the end, and save lse = m + log(l) (natural log) for the backward.
+    o = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * LN_2
+    tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)
+    o_head = O + b * stride_ob + h * stride_oh
+    tl.store(o_head + rows[:, None] * stride_om + dims[None, :], o.to(O.dtype.element_ty),
+             mask=rows[:, None] < seq_q)
+
+
+def launch(q, k, v, o, lse, causal: bool, sm_scale: float, *, block_m: int, block_n: int,
+           num_warps: int, num_stages: int) -> None:
+    """Fill ``o`` and ``lse`` for checked 4-D tensors (the last dimension contiguous)."""
+    batch, heads, seq_q, head_dim = q.shape
+    grid = (triton.cdiv(seq_q, block_m), batch * heads)
+    attention_fwd_kernel[grid](
+        q, k, v, o, lse, sm_scale,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        heads, seq_q, k.shape[2],
+        GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
+        CAUSAL=causal, num_warps=num_warps, num_stages=num_stages)

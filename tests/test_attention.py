@@ -1,0 +1,214 @@
+"""Attention (lesson 06): the tiled PyTorch version and the Triton kernels against the spec.
+
+Every version is checked against the float64 reference on power-of-two, odd and
+larger-than-block sequence lengths (length 1 included), causal and not, with grouped-query
+attention and 3-D inputs: the output, the log-sum-exp and all three gradients. In CPU
+mode the kernels run in Triton's interpreter with small blocks (so a short sequence
+already spans several tiles); the tests marked ``gpu`` run them compiled, in bf16 too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import helpers
+from helpers import bounds
+from helpers.kernels import attention as A
+from helpers.kernels import attention_forward
+
+from support import assert_close as _assert_close
+
+
+def assert_close(got, want, atol, rtol, what):
+    """Compare in float64: the reference is float64, the kernels' outputs are not."""
+    _assert_close(got.double(), want.double(), atol, rtol, what)
+
+DEVICE = helpers.device()
+KERNEL_DTYPES = [torch.float32, torch.float16]      # bf16 tl.dot is wrong in the interpreter
+
+# (batch, heads, kv_heads, seq_q, seq_k, d): one row, odd lengths around the CPU blocks
+# (32 rows, 16-32 keys), more keys than queries and fewer, grouped-query attention.
+SHAPES = [
+    (1, 1, 1, 1, 1, 16),
+    (2, 2, 1, 7, 7, 16),
+    (1, 2, 2, 33, 33, 32),
+    (1, 4, 2, 65, 47, 16),
+    (1, 2, 1, 40, 97, 64),
+    (2, 2, 2, 64, 64, 32),
+]
+
+
+def make(shape, dtype, seed=0, scale=1.0):
+    batch, heads, kv_heads, seq_q, seq_k, d = shape
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, seq_q, d, generator=g) * scale
+    k = torch.randn(batch, kv_heads, seq_k, d, generator=g) * scale
+    v = torch.randn(batch, kv_heads, seq_k, d, generator=g)
+    return tuple(x.to(dtype=dtype, device=DEVICE) for x in (q, k, v))
+
+
+def reference_grads(q, k, v, do, causal):
+    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    o, lse = A.attention_reference(*leaves, causal=causal)
+    o.backward(do.double())
+    return o, lse, [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_tiled_pytorch_version_matches_the_reference(shape, causal):
+    q, k, v = make(shape, torch.float32)
+    o_ref, lse_ref = A.attention_reference(q, k, v, causal)
+    o, lse = A.tiled_attention_forward(q, k, v, causal, block_m=16, block_n=16)
+    assert_close(o, o_ref, 1e-5, 1e-5, f"tiled output {shape}")
+    assert_close(lse, lse_ref, 1e-5, 1e-5, f"tiled lse {shape}")
+    do = torch.randn_like(q)
+    _, _, grads_ref = reference_grads(q, k, v, do, causal)
+    grads = A.tiled_attention_backward(do, q, k, v, o, lse, causal, block_m=16, block_n=16)
+    for name, got, want in zip("qkv", grads, grads_ref):
+        assert_close(got, want, 1e-5, 1e-4, f"tiled d{name} {shape}")
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_kernels_match_the_reference(shape, causal, dtype):
+    check_kernels(shape, causal, dtype, lse_tol=1e-4)
+
+
+def check_kernels(shape, causal, dtype, lse_tol):
+    """Forward (output, lse) and backward (dq, dk, dv) of the kernels against float64.
+
+    Gradients get twice the output's tolerance, relative to their largest element."""
+    q, k, v = make(shape, dtype)
+    atol, rtol = A.TOLERANCES[dtype]
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q)
+    o_ref, lse_ref, grads_ref = reference_grads(q, k, v, do, causal)
+    o, lse = A.flash_attention_forward(q, k, v, causal)
+    assert o.dtype == dtype and lse.dtype == torch.float32 and lse.shape == q.shape[:-1]
+    assert_close(o, o_ref, atol, rtol, f"forward output {shape} causal={causal}")
+    assert_close(lse, lse_ref, lse_tol, lse_tol, f"forward lse {shape} causal={causal}")
+    grads = A.flash_attention_backward(do, q, k, v, o, lse, causal)
+    for name, got, want in zip("qkv", grads, grads_ref):
+        scale = max(1.0, want.abs().max().item())
+        assert_close(got, want, 2 * atol * scale, 2 * rtol, f"d{name} {shape} causal={causal}")
+
+
+@pytest.mark.parametrize("fn", [A.flash_attention, A.tiled_attention],
+                         ids=["flash", "tiled"])
+def test_autograd_through_three_dimensional_inputs(fn):
+    q, k, v = (x[:, 0] for x in make((2, 1, 1, 37, 37, 32), torch.float32))
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = fn(*leaves, causal=True, sm_scale=0.3)
+    assert o.shape == q.shape
+    do = torch.randn_like(o)
+    o.backward(do)
+    refs = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    out, lse = A.attention_reference(*refs, causal=True, sm_scale=0.3)
+    assert lse.shape == q.shape[:-1]
+    out.backward(do.double())
+    assert_close(o, out, 2e-3, 2e-3, "output")
+    for name, leaf, ref in zip("qkv", leaves, refs):
+        assert_close(leaf.grad, ref.grad, 4e-3, 4e-3, f"d{name}")
+
+
+def test_strided_inputs_whose_rows_are_contiguous_are_read_in_place():
+    """(batch, seq, heads, d) as models store it, viewed as (batch, heads, seq, d)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 50, 2, 32, generator=g).to(DEVICE).transpose(1, 2)
+               for _ in range(3))
+    assert not q.is_contiguous()
+    o, lse = A.flash_attention_forward(q, k, v)
+    o_ref, lse_ref = A.attention_reference(q, k, v)
+    assert_close(o, o_ref, 2e-3, 2e-3, "output of strided inputs")
+    dq, dk, dv = A.flash_attention_backward(torch.ones_like(q), q, k, v, o, lse)
+    assert dq.shape == q.shape and dk.shape == k.shape
+
+
+def test_large_scores_do_not_overflow():
+    """Scores of several hundred: exp would overflow fp32 without the running maximum."""
+    q, k, v = make((1, 1, 1, 40, 40, 16), torch.float32, scale=8.0)
+    o, lse = A.flash_attention_forward(q, k, v, causal=True)
+    o_ref, lse_ref = A.attention_reference(q, k, v, causal=True)
+    assert lse_ref.max() > 200
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all()
+    assert_close(o, o_ref, 1e-3, 1e-3, "output with large scores")
+
+
+def test_causal_forward_never_loads_the_keys_a_query_block_cannot_see():
+    """One block of 32 queries against 128 keys: causal, they see keys 0..31 only, and a
+    kernel that skips hidden tiles never loads keys 32..127 at all."""
+    if not bounds.guard_available():
+        pytest.skip("this Triton's interpreter lacks the hooks the watcher needs")
+    q, k, v = make((1, 1, 1, 32, 128, 16), torch.float32)
+    with bounds.watch() as log, bounds.interpreted(vars(attention_forward)):
+        A.flash_attention_forward(q, k, v, causal=True, block_m=32, block_n=16)
+    for name, tensor in (("K", k), ("V", v)):
+        read = bounds.elements_read(log.launches, tensor)
+        assert read[0, 0, :32].all(), f"rows 0..31 of {name} were not all read"
+        assert not read[0, 0, 32:].any(), (
+            f"{name} rows {(32 + read[0, 0, 32:].any(-1).nonzero()[0])[:5].tolist()}... were "
+            "loaded although no query of the block can see them")
+
+
+@pytest.mark.parametrize("fn", [A.flash_attention_forward, A.tiled_attention_forward,
+                                A.attention_reference], ids=["flash", "tiled", "reference"])
+def test_inputs_that_cannot_work_are_refused_with_a_reason(fn):
+    q, k, v = make((1, 2, 2, 8, 8, 16), torch.float32)
+    cases = [
+        ((q[0, 0, 0], k, v), "must be \\(batch, seq, d\\)"),
+        ((q, k[:, :, :5], v), "same shape"),
+        ((q, k.half(), v), "share a dtype"),
+        ((q, k[:, :1].expand(1, 1, 8, 16).contiguous()[:, :, :, :8],
+          v[:, :1, :, :8].contiguous()), "head dimension"),
+        ((q.expand(1, 2, 8, 16)[:, :, :0], k, v), "empty"),
+        ((torch.cat([q, q[:, :1]], dim=1), k, v), "multiple of the key/value heads"),
+    ]
+    for args, message in cases:
+        with pytest.raises((ValueError, TypeError), match=message):
+            fn(*args)
+
+
+def test_the_kernels_refuse_what_only_they_cannot_take():
+    q, k, v = make((1, 1, 1, 8, 8, 16), torch.float32)
+    with pytest.raises(ValueError, match="head dimension 24 is not supported"):
+        A.flash_attention_forward(*(torch.zeros(1, 4, 24, device=DEVICE) for _ in range(3)))
+    with pytest.raises(ValueError, match="last dimension .* not contiguous"):
+        A.flash_attention_forward(q.transpose(-1, -2), k.transpose(-1, -2), v.transpose(-1, -2))
+    with pytest.raises(TypeError, match="dtype int32"):
+        A.flash_attention_forward(*(x.int() for x in (q, k, v)))
+    o, lse = A.flash_attention_forward(q, k, v)
+    with pytest.raises(TypeError, match="lse must be float32"):
+        A.flash_attention_backward(o, q, k, v, o, lse.double())
+    with pytest.raises(ValueError, match="do and o must have q's shape"):
+        A.flash_attention_backward(o[:, :, :4], q, k, v, o, lse)
+    if helpers.runtime.is_cpu():
+        with pytest.raises(TypeError, match="bfloat16"):
+            A.flash_attention_forward(*(x.bfloat16() for x in (q, k, v)))
+
+
+def test_naive_attention_is_the_same_function():
+    q, k, v = make((1, 4, 2, 20, 30, 16), torch.float32)
+    for causal in (False, True):
+        assert_close(A.naive_attention(q, k, v, causal), A.attention_reference(q, k, v, causal)[0],
+                     1e-5, 1e-5, f"naive causal={causal}")
+
+
+def test_default_scale_is_one_over_root_d():
+    q, k, v = make((1, 1, 1, 9, 9, 64), torch.float32)
+    o1, _ = A.flash_attention_forward(q, k, v)
+    o2, _ = A.flash_attention_forward(q, k, v, sm_scale=1 / math.sqrt(64))
+    assert torch.equal(o1, o2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(2, 8, 2, 1000, 1000, 128), (1, 4, 4, 777, 1500, 64),
+                                   (2, 4, 1, 257, 257, 16), (1, 16, 16, 2048, 2048, 128)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_compiled_kernels_with_the_tuned_tiles(shape, causal, dtype):
+    check_kernels(shape, causal, dtype, lse_tol=1e-3)
