@@ -87,3 +87,26 @@ def test_causal_fraction():
     assert "triangle's area" in ex.check_causal_fraction(0.5, 512, 64, 64).message
     assert "causal as full" in ex.check_causal_fraction(1, 512, 64, 64).message
     assert_unanswered(ex.check_causal_fraction(None, 512, 64, 64))
+
+
+def test_memory_growth():
+    # Naive: S and P, 2 N^2 bf16 elements per head, dominate: doubling N gives about 4x.
+    assert ex.check_memory_growth(4, "naive")
+    assert "dominate" in ex.check_memory_growth(2, "naive").message
+    # Fused: O and lse, N (d + 2) bf16-sized elements per head: exactly 2x.
+    assert ex.check_memory_growth(2, "fused")
+    assert "that is naive" in ex.check_memory_growth(4, "fused").message
+    assert ex.forward_extra_bytes(1024, "fused") == 1024 * 128 * 2 + 1024 * 4
+    assert ex.forward_extra_bytes(1024, "naive") == 2 * 1024 * 1024 * 2 + 1024 * 128 * 2
+    assert_unanswered(ex.check_memory_growth(..., "naive"))
+    try:
+        ex.forward_extra_bytes(1024, "flash")
+    except ValueError as e:
+        assert "'naive' or 'fused'" in str(e)
+    else:
+        raise AssertionError("an unknown version must be refused")
+
+
+def test_backward_ratio_is_the_matmul_count():
+    assert ex.backward_flops_ratio() == len(ex.BACKWARD_MATMULS) / len(ex.FORWARD_MATMULS)
+    assert ex.backward_flops_ratio(1000, 64) == 2.5

@@ -2,7 +2,7 @@
 
 Each expected value comes from a formula, never from a typed-in number: the size of the
 score matrix from its shape and dtype, the rescale factor from the online-softmax update,
-the backward's FLOPs from the matrix products each pass runs, the causal tiles from
+the backward's FLOPs from :func:`helpers.intensity.attention`, the causal tiles from
 :func:`helpers.plots.attention_steps.causal_tile_kinds`. A wrong answer that matches a
 classic slip (bits for bytes, the batch or the heads forgotten, causal counted as full)
 gets a message that names it.
@@ -14,12 +14,14 @@ import math
 
 import torch
 
+from .. import intensity
 from ..dtypes import element_size
 from ..feedback import Feedback, check_number
 from ..plots.attention_steps import causal_tile_kinds
 
 # The matrix products of attention, per head, each 2 x (rows x cols x inner) FLOPs; all of
-# them are seq x seq x d (or seq x d x seq) products, so each costs the same 2 seq^2 d.
+# them are seq x seq x d (or seq x d x seq) products, so each costs the same 2 seq^2 d
+# (helpers.intensity.attention counts them the same way). They name the slips below.
 FORWARD_MATMULS = ("S = Q K^T", "O = P V")
 BACKWARD_MATMULS = ("S = Q K^T (recomputed: P = exp(S - lse))", "dV = P^T dO", "dP = dO V^T",
                     "dQ = dS K", "dK = dS^T Q")
@@ -87,9 +89,12 @@ def check_rescale(answer, running_max: float, block_max: float) -> Feedback:
         hint="m_new = max(m_old, block max); the factor is exp(m_old - m_new)")
 
 
-def backward_flops_ratio() -> float:
-    """The backward's FLOPs over the forward's: the matmuls each runs, all the same size."""
-    return len(BACKWARD_MATMULS) / len(FORWARD_MATMULS)
+def backward_flops_ratio(seq: int = 4096, head_dim: int = 128) -> float:
+    """The backward's FLOPs over the forward's, from :func:`helpers.intensity.attention`:
+    the matmuls each runs, all of the same size."""
+    fwd, bwd = (intensity.attention(1, 1, seq, seq, head_dim, pass_=p).flops
+                for p in ("forward", "backward"))
+    return bwd / fwd
 
 
 def check_backward_ratio(answer) -> Feedback:
@@ -156,3 +161,32 @@ def check_causal_fraction(answer, seq: int, block_m: int, block_n: int) -> Feedb
                             (1.0, "you counted causal as full: the skipped tiles cost "
                                   "nothing")) if not math.isclose(v, expected, rel_tol=0.01)],
         hint="count the Q tiles' visited K/V tiles and divide by all tiles")
+
+
+def forward_extra_bytes(seq: int, version: str, head_dim: int = 128, dtype=torch.bfloat16,
+                        batch: int = 1, heads: int = 1) -> int:
+    """The memory one attention forward allocates beyond its inputs, at its largest:
+    ``"naive"`` holds S and P (``seq x seq`` each, in ``dtype``) beside its output;
+    ``"fused"`` only its output and one fp32 log-sum-exp a row. (PyTorch's naive version
+    also keeps fp32 copies of S and P for its softmax: more bytes, the same N^2 growth.)"""
+    s = element_size(dtype)
+    rows = batch * heads * seq
+    out = rows * head_dim * s
+    if version == "naive":
+        return 2 * score_matrix_bytes(seq, dtype, batch, heads) + out
+    if version == "fused":
+        return out + rows * 4
+    raise ValueError(f"version must be 'naive' or 'fused', got {version!r}")
+
+
+def check_memory_growth(answer, version: str, seq: int = 8192) -> Feedback:
+    """Exercise: by what factor does the peak memory of one ``version`` forward grow when the
+    sequence doubles from ``seq`` to ``2 seq``?"""
+    expected = forward_extra_bytes(2 * seq, version) / forward_extra_bytes(seq, version)
+    slips = {"naive": (2.0, "you counted the inputs and the output, which grow with N; S and "
+                            "P are N x N, and they dominate"),
+             "fused": (4.0, "that is naive attention: the fused kernel keeps nothing N x N, "
+                            "only the output and one log-sum-exp a row")}
+    return check_number(f"{version} memory when N doubles", answer, expected, rel=0.05,
+                        unit="x", mistakes=[slips[version]],
+                        hint="which of its tensors grow with N, and which with N^2?")
