@@ -104,8 +104,9 @@ def trace(fn, *args, **kwargs) -> Trace:
             returns = func._schema.returns
             is_view = bool(returns) and returns[0].alias_info is not None \
                 and not returns[0].alias_info.is_write
-            if not is_view and func.overloadpacket.__name__ not in ("empty", "empty_like",
-                                                                   "empty_strided"):
+            # _unsafe_view is a view its schema does not mark as one (matmul ends with it).
+            if not is_view and func.overloadpacket.__name__ not in (
+                    "empty", "empty_like", "empty_strided", "_unsafe_view"):
                 ins, outs = tensors((args, kwargs)), tensors(out)
                 calls.append(KernelCall(
                     op=f"aten.{func.overloadpacket.__name__}",

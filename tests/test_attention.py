@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import helpers
-from helpers import bounds
+from helpers import bounds, records
 from helpers.kernels import attention as A
 from helpers.kernels import attention_forward
 
@@ -39,6 +39,10 @@ SHAPES = [
     (1, 2, 1, 40, 97, 64),
     (2, 2, 2, 64, 64, 32),
 ]
+
+
+def records_available(name: str) -> bool:
+    return bool(records.available(name))
 
 
 def make(shape, dtype, seed=0, scale=1.0):
@@ -212,3 +216,19 @@ def test_default_scale_is_one_over_root_d():
                          ids=lambda s: "x".join(map(str, s)))
 def test_compiled_kernels_with_the_tuned_tiles(shape, causal, dtype):
     check_kernels(shape, causal, dtype, lse_tol=1e-3)
+
+
+@pytest.mark.skipif(not records_available("attention_tiles"), reason="no tile-sweep record")
+@pytest.mark.parametrize("head_dim", [128, 64])
+def test_the_forward_settings_are_the_sweeps_best_or_within_3_percent(head_dim):
+    from helpers.experiments.attention_tiles import best
+
+    record = records.load("attention_tiles")
+    chosen = A.forward_config(head_dim, torch.bfloat16, compiled=True)
+    for causal in (False, True):
+        top = best(record.results, "forward", head_dim, causal, top=100)
+        mine = [r for r in top if all(r[k] == v for k, v in chosen.items())]
+        assert mine, f"{chosen} was not in the sweep ({record.label})"
+        assert mine[0]["ms"] <= 1.03 * top[0]["ms"], (
+            f"d={head_dim} causal={causal}: {chosen} took {mine[0]['ms']:.2f} ms, the sweep's "
+            f"best {top[0]} {top[0]['ms']:.2f} ms ({record.label})")

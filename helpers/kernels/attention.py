@@ -158,17 +158,19 @@ def _check_kernel_inputs(q4, k4, v4) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def forward_config(head_dim: int, dtype: torch.dtype) -> dict:
-    """The forward kernel's tile and launch settings for this head size and dtype.
+def forward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = None) -> dict:
+    """The forward kernel's tile and launch settings for this head size and dtype, compiled
+    on a GPU (``compiled``, the default in GPU mode) or in the interpreter (small tiles).
 
-    From a sweep on an H100 (bf16, batch 4, 16 heads, 8192 tokens; 24 settings of
-    ``block_m``, ``block_n``, ``num_warps`` and ``num_stages``): at d = 128, tiles of
-    128 x 128 with 8 warps and 3 stages reached 519 TFLOP/s non-causal and 477 causal,
-    the best of the sweep; 128 x 64 gave 491 and 451. At d = 64, 128 x 64 with 8 warps
-    and 3 stages was best (426). Three stages of a 128 x 128 K tile and a V tile in
-    bf16 are 192 KiB of the H100's 227 KiB of shared memory per SM.
+    From the tile sweep (:mod:`helpers.experiments.attention_tiles`, recorded in
+    ``helpers/records/attention_tiles__H100-SXM.json``: bf16, batch 4, 16 heads, 8192
+    tokens, 24 settings): at d = 128, 128 x 128 tiles with 8 warps and 3 stages ran at
+    510 TFLOP/s non-causal (the best) and 459 causal, 128 x 64 at 486 and 462. At d = 64,
+    128 x 64 with 8 warps ran at 415 and 393 with 3 stages, 420 and 400 with 4. Three
+    stages of a 128 x 128 bf16 K tile and V tile take 192 KiB of the H100's 227 KiB of
+    shared memory per SM. fp32 tiles are twice the bytes: half the keys per tile.
     """
-    if runtime.is_cpu():
+    if not (runtime.is_gpu() if compiled is None else compiled):
         return _tiles(32, 32, 4, 1)
     if dtype == torch.float32:          # 4-byte tiles: half the keys fit in SRAM
         return _tiles(64, 32, 4, 2)
@@ -177,18 +179,19 @@ def forward_config(head_dim: int, dtype: torch.dtype) -> dict:
     return _tiles(128, 64, 8 if head_dim == 64 else 4, 3)
 
 
-def backward_config(head_dim: int, dtype: torch.dtype) -> dict:
-    """The backward kernels' settings: ``dkdv`` for the dK/dV kernel, ``dq_tiles`` for dQ.
+def backward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = None) -> dict:
+    """The backward kernels' settings: ``dkdv`` for the dK/dV kernel, ``dq_tiles`` for dQ
+    (``compiled`` as in :func:`forward_config`).
 
     The dK/dV kernel's K/V tile is resident, so its ``block_n`` is a multiple of its
     ``block_m``; the dQ kernel's Q tile is, so there ``block_m`` is a multiple of ``block_n``.
-    From sweeps of each kernel alone on an H100 (bf16, d = 128, batch 4, 16 heads, 8192
-    tokens, 16 settings each): dK/dV took 7.9 ms with 64 x 64 tiles, 4 warps and 2 stages
-    against 8.7 ms for the next best and 27.4 ms for 32 x 128 with 4 warps and 3 stages
-    (its two 128 x 128 fp32 accumulators do not fit in 4 warps' registers); dQ took 5.5 ms
-    with 128 x 64, 8 warps and 3 stages, 6.0 ms with 128 x 32, 4 warps, 3 stages.
+    From the same record, each kernel alone (bf16, d = 128, 8192 tokens, 16 settings
+    each): dK/dV took 7.99 ms non-causal with 64 x 64 tiles, 4 warps and 2 stages, the
+    best (8.72 for the next); 32 x 128 with 4 warps took 24.1 ms: its two 128 x 128 fp32
+    accumulators alone are 256 registers for each of 128 threads, over the 255 a thread has. dQ took 5.56 ms with 128 x 64,
+    8 warps and 3 stages, the best (5.85 for the next).
     """
-    if runtime.is_cpu():
+    if not (runtime.is_gpu() if compiled is None else compiled):
         return dict(dkdv=_tiles(16, 32, 4, 1), dq_tiles=_tiles(32, 16, 4, 1))
     if dtype == torch.float32:
         return dict(dkdv=_tiles(32, 64, 4, 2), dq_tiles=_tiles(64, 32, 4, 2))
