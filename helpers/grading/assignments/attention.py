@@ -1,0 +1,496 @@
+"""Assignment 06, a FlashAttention forward kernel: its graded parts and ``check_*`` calls.
+
+The reference is the course's float64 spec (:mod:`helpers.kernels.attention`), the GPU parts
+time the course's kernel and naive attention beside the notebook's: no expected value is typed
+in. Parts (25 points; 19 in CPU mode, 6 on a GPU):
+
+=====  ==========================================================  ======
+1      ``merge_states``: large scores, masked keys, fully masked rows    3
+2a     ``attention_forward`` launches its kernel; O right, no mask       4
+2b     ... with the causal mask (query i sees keys j <= i)               4
+2c     lse = m + log(l), natural log, fp32, wherever O is right          2
+2d     causal programs never load a K/V tile above the diagonal          2
+2e     the kernel never reads or writes outside its tensors              2
+2f     the running sums stay fp32 (past fp16's 65504)                    2
+3a     >= 2x faster than naive attention at 4096 tokens (GPU)            3
+3b     within 20 % of the course's kernel, causal and not (GPU)          3
+=====  ==========================================================  ======
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from ... import bounds, runtime
+from ...feedback import Feedback, not_implemented, target
+from ...kernels import attention as ak
+from .. import harness
+from . import tiling
+from ..gpu import gpu_lock
+from ..registry import SEED, Assignment, Part, answer, check_function, is_not_implemented
+
+FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
+DTYPE_OF = {harness.dtype_name(d): d for d in (FP16, BF16, FP32)}
+# Graded tolerances: twice the kernel tests' (a learner's kernel may round in its own order).
+TOL = {d: (2 * a, 2 * r) for d, (a, r) in ak.TOLERANCES.items()}
+LSE_TOL, MERGE_TOL = (5e-3, 1e-3), (1e-4, 1e-5)       # both fp32 whatever the inputs
+LARGE, ACCUMULATION = "large scores", "V in the thousands"
+SPEED_SHAPE, SPEED_DTYPE = (64, 4096, 64), BF16      # 4 x 16 heads, 4096 tokens, d = 64
+SPEED_GOAL, COURSE_SLACK = 2.0, 1.2
+INF = math.inf
+
+
+# --- Part 1: merging two partial softmax states (PyTorch). ---------------------------------------
+
+MERGE = harness.Case("merge", {})
+ROWS = ("random rows", "scores near +-1000", "masked keys", "fully masked rows")  # 4 each
+
+
+def merge_inputs(seed: int):
+    """``(m_a, l_a, acc_a, m_b, l_b, acc_b)``, fp32: two states of 16 rows, 4 of each kind."""
+    def state(s, v):
+        m = s.amax(-1)
+        p = torch.exp(s - torch.where(m == -INF, 0.0, m)[..., None])
+        return m, p.sum(-1), (p[..., None] * v).sum(-2)
+
+    g = harness.generator(seed)
+    sa, sb = 2 * torch.randn(16, 5, generator=g), 2 * torch.randn(16, 7, generator=g)
+    va, vb = torch.randn(16, 5, 8, generator=g), torch.randn(16, 7, 8, generator=g)
+    big = 1000 * torch.tensor([1.0, -1, 1, -1])[:, None]    # the larger maximum on either side
+    sa[4:8], sb[4:8] = sa[4:8] + big, sb[4:8] + big + 30 * torch.tensor([1.0, -1, -1, 1])[:, None]
+    sa[8:10, :2], sb[10:12, -3:], sa[8], sb[11] = -INF, -INF, -INF, -INF   # one side empty
+    sa[12::2], sb[12::2] = -INF, -INF                        # rows 12, 14 see no key at all
+    return tuple(t.float() for t in (*state(sa, va), *state(sb, vb)))
+
+
+def merge_exact(m_a, l_a, acc_a, m_b, l_b, acc_b):
+    """The spec of the merge, in float64: the state of all the keys of both."""
+    m_a, l_a, acc_a, m_b, l_b, acc_b = (t.double() for t in (m_a, l_a, acc_a, m_b, l_b, acc_b))
+    m = torch.maximum(m_a, m_b)
+    a, b = (torch.exp(x - torch.where(m == -INF, 0.0, m)) for x in (m_a, m_b))
+    return m, a * l_a + b * l_b, a[:, None] * acc_a + b[:, None] * acc_b
+
+
+def _collect_merge(ns, seed):
+    fn, seed = answer(ns, "merge_states"), MERGE.seeded(seed).seed
+    inputs, rec = merge_inputs(seed), {"seed": seed, "error": None, "outputs": None}
+    try:
+        out = fn(*inputs)
+        rec["outputs"] = [t.detach().cpu().clone() if isinstance(t, torch.Tensor) else
+                          repr(t)[:60] for t in out] if isinstance(out, (tuple, list)) \
+            else repr(out)[:60]
+    except Exception as err:  # noqa: BLE001 - the learner's error, reported
+        rec["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+        rec["not_implemented"] = is_not_implemented(err)
+    return rec
+
+
+def _merge_problem(rec) -> str | None:
+    out, inputs = rec.get("outputs"), merge_inputs(rec["seed"])
+    if rec.get("error"):
+        return f"merge_states raised {rec['error']}"
+    if not isinstance(out, list) or [tuple(t.shape) if isinstance(t, torch.Tensor) else t
+                                     for t in out] != [tuple(t.shape) for t in inputs[:3]]:
+        return (f"merge_states returned {out!r:.60}; expected three tensors (m, l, acc) "
+                "shaped like m_a, l_a and acc_a")
+    want, empty = merge_exact(*inputs), inputs[1] + inputs[4] == 0
+    if any(t[empty].isnan().any() for t in out):
+        return (f"on {ROWS[3]}: rows where both states are empty (m = -inf, l = 0) come out "
+                "NaN: exp(-inf - (-inf)) is NaN. Shift by 0 where the new maximum is -inf, so "
+                "that the merged state stays empty (l = 0, acc = 0): output 0, lse -inf")
+    if not all(torch.isfinite(t[~empty]).all() for t in out):
+        return (f"on {ROWS[1]}: inf or NaN, exp of a raw maximum overflows. Scale each side "
+                "by exp(m_side - m) with m = max(m_a, m_b): both factors are <= 1")
+    wrong = torch.zeros(len(empty), dtype=torch.bool)
+    for g, w in zip(out, want):
+        ok = torch.isclose(g.double(), w, MERGE_TOL[1], MERGE_TOL[0])
+        wrong |= ~ok if ok.dim() == 1 else ~ok.all(-1)
+    if not wrong.any():
+        return None
+    where = ", ".join(dict.fromkeys(ROWS[r // 4] for r in wrong.nonzero().flatten().tolist()))
+    if torch.allclose(out[1].double(), inputs[1].double() + inputs[4], *MERGE_TOL[::-1]):
+        return (f"on {where}: you add the two sums as they are, but each was taken relative to "
+                "its own maximum: rescale l and acc of each side by exp(m_side - m) first")
+    return (f"on {where}: the merged state is not the state of both sets of keys: m = max(m_a, "
+            "m_b), l = l_a exp(m_a - m) + l_b exp(m_b - m), acc likewise")
+
+
+def _merge(raw):
+    part = "1 merge_states"
+    if raw.get("not_implemented"):
+        return not_implemented(part)
+    problem = "the record of the run is not the grader's (was the grader tampered with?)" \
+        if isinstance(raw.get(SEED), int) and raw.get("seed") != MERGE.seeded(raw[SEED]).seed \
+        else _merge_problem(raw)
+    return Feedback(part, not problem, problem or f"right on {', '.join(ROWS)}")
+
+
+# --- Part 2: the forward kernel, on awkward lengths, causal and not, watched. --------------------
+
+
+def _blocks(constexprs) -> tuple[int, int]:
+    c = {k.upper(): v for k, v in (constexprs or {}).items() if isinstance(v, int) and v > 1}
+    return c.get("BLOCK_M", 32), c.get("BLOCK_N", c.get("BLOCK_M", 32))
+
+
+class FlashForward(harness.KernelTask):
+    function = "attention_forward"
+    call = "attention_forward(q, k, v, causal)"
+    outputs = ("O",)              # lse is recorded beside it and judged alone (part 2c)
+    tensors = "q, k, v, O and lse"
+    inputs_named = ("q", "k", "v")
+    mask_hint = "Mask rows and keys past seq_len on every load and store of Q, K, V, O and lse"
+
+    @staticmethod
+    def case(n, d, dtype, causal, kind="", heads=2, compiled=False):
+        name = harness.dtype_name(dtype)
+        label = (f"{'causal' if causal else 'no mask'}, {heads} x {n} x {d} {name}"
+                 + (f", {kind}" if kind else ""))
+        return harness.Case(label, {"n": n, "d": d, "dtype": name, "causal": causal,
+                                    "kind": kind, "heads": heads}, 0, compiled)
+
+    def first(self):
+        return self.case(7, 16, FP32, False)
+
+    def cases(self, blocks):
+        bm, bn = _blocks(blocks)
+        long = 2 * max(bm, bn) + 3           # several tiles, the last one partial
+        out = []
+        for causal in (False, True):
+            out += [self.case(n, 16, FP32, causal) for n in (1, 7, bn + 1, 2 * bn, long)]
+            out += [self.case(n, 32, FP16, causal, heads=3) for n in (7, long)]
+            out += [self.case(bn + 1, 64, FP16, causal, heads=1),
+                    self.case(long, 16, FP16, causal, LARGE)]
+        return out + [self.case(4 * max(bm, bn), 16, FP16, False, ACCUMULATION, heads=1)]
+
+    def compiled_cases(self, blocks):
+        out = [self.case(n, d, dt, c, heads=h, compiled=True) for c in (False, True)
+               for n, d, dt, h in ((1000, 128, BF16, 4), (517, 64, FP16, 3), (300, 32, FP32, 2))]
+        return out + [self.case(777, 64, FP16, True, LARGE, compiled=True),
+                      self.case(1024, 64, FP16, False, ACCUMULATION, 1, compiled=True)]
+
+    def inputs(self, case, device):
+        p, g = case.params, harness.generator(case.seed)
+        q, k, v = (torch.randn(p["heads"], p["n"], p["d"], generator=g) for _ in range(3))
+        if p["kind"] == LARGE:                  # scores in the hundreds: exp overflows
+            q, k = 8 * q, 8 * k
+        elif p["kind"] == ACCUMULATION:         # every score 0 (p = 1), V 1000-2000
+            q, v = 0 * q, 1000 + 1000 * torch.rand(v.shape, generator=g)
+        return tuple(t.to(DTYPE_OF[p["dtype"]]).to(device) for t in (q, k, v))
+
+    def reference(self, case, inputs):
+        return (ak.attention_reference(*inputs, case.params["causal"])[0].to(inputs[0].dtype),)
+
+    def compare(self, case, got, want, inputs, blocks):
+        o, (atol, rtol) = got[0], TOL[got[0].dtype]
+        bad = harness.close_hint(
+            o, ak.attention_reference(*inputs, causal=case.params["causal"])[0], atol, rtol)
+        if bad is None:
+            return None
+        if case.params["kind"] == ACCUMULATION and not torch.isfinite(o.float()).all():
+            return ("O holds inf: acc, the sum of p * v, passes 65504, the largest fp16, on "
+                    "these inputs. Keep m, l and acc in fp32 (tl.zeros(..., dtype=tl.float32)) "
+                    "and convert only at the store")
+        return (f"{bad[0]} of {o.numel()} elements of O are off, the first at {list(bad[1])} "
+                f"(tolerance {atol:g} + {rtol:g} x |expected|). "
+                + _hint(case, o, inputs, _blocks(blocks)))
+
+    def unpack(self, result):
+        if isinstance(result, (tuple, list)) and len(result) == 2:
+            return (result[0],)
+        return f"{self.function} returned {type(result).__name__}; expected the pair (O, lse)"
+
+    def unwatchable(self):
+        return tiling.TASK.unwatchable()      # the same interpreter limit as any loop
+
+    def summary(self, cases):
+        lengths = sorted({c.params["n"] for c in cases})
+        return f"lengths {', '.join(map(str, lengths))}, d = 16 to 64, fp32 and fp16"
+
+
+TASK = FlashForward()
+
+
+def _softmax_o(s, v, keep):
+    """O of scores ``s`` (float64) where ``keep``; a row that keeps nothing gives 0."""
+    s = s.masked_fill(~keep, -INF)
+    p = torch.exp(s - s.amax(-1, keepdim=True).clamp_min(-1e300))    # -inf: shift by ~0
+    return p @ v.double() / p.sum(-1, keepdim=True).clamp_min(1e-300)
+
+
+def _hint(case, o, inputs, blocks) -> str:
+    """What a wrong O's pattern says about the kernel."""
+    (q, k, v), (bm, bn), n, causal = inputs, blocks, case.params["n"], case.params["causal"]
+    if not torch.isfinite(o.float()).all():
+        if case.params["kind"] == LARGE:
+            return ("O holds inf or NaN on large scores: exp overflows. Subtract the running "
+                    "maximum before exp (p = exp(s - m_new)) and rescale by exp(m_old - m_new)")
+        if causal and not torch.isfinite(o[:, 0].float()).all():
+            return ("row 0 is not finite: it sees only key 0, so the causal mask must keep "
+                    "j <= i, the diagonal included")
+        return ("O holds NaN or inf: a row that has seen only -inf gives exp(-inf - (-inf)), "
+                "or some rows were never stored")
+    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    i, j, v = torch.arange(n)[:, None], torch.arange(n)[None, :], v.double()
+    keep, pad = (j <= i if causal else j < n), -n % bn
+    # The padding keys of the last tile (zeros) counted with score 0:
+    padded = _softmax_o(torch.cat([s.masked_fill(~keep, -INF), s.new_zeros(*s.shape[:-1], pad)],
+                                  -1), torch.cat([v, v.new_zeros(v.shape[0], pad, v.shape[2])], 1),
+                        torch.tensor(True))
+    # l and acc never rescaled when a later tile raised the maximum:
+    kept, m = s.masked_fill(~keep, -INF), torch.full(s.shape[:-1], -INF, dtype=s.dtype)
+    l, acc = torch.zeros_like(m), torch.zeros(*s.shape[:-1], v.shape[-1], dtype=s.dtype)
+    for j0 in range(0, n, bn):
+        m = torch.maximum(m, kept[..., j0:j0 + bn].amax(-1))
+        p = torch.exp(kept[..., j0:j0 + bn] - m[..., None])
+        l, acc = l + p.sum(-1), acc + p @ v[:, j0:j0 + bn]
+    def like(want, rows=slice(None)):
+        return o[:, rows].numel() > 0 and \
+            harness.close_hint(o[:, rows], want[:, rows], *TOL[o.dtype]) is None
+    if causal and like(_softmax_o(s, v, j < i), slice(1, None)):
+        return "the diagonal is masked out: query i must see key i (j <= i, not j < i)"
+    if causal and like(_softmax_o(s, v, j < n)):
+        return "the causal mask is missing: query i may see keys j <= i only"
+    if causal and like(_softmax_o(s, v, keep | (j < (i // bm * bm + bn).clamp(max=n // bn * bn)))):
+        return ("queries see keys past the diagonal inside the tile where the diagonal starts: "
+                "every tile the diagonal crosses needs the mask j <= i; only the tiles left of "
+                "it may go without")
+    if pad and like(padded):
+        return (f"the padded keys of the last, partial tile (cols >= seq_len, {n} here) count "
+                "in the softmax: set their scores to -inf")
+    if n > bn and like(acc / l[..., None]):
+        return ("rows whose maximum grows after the first tile come out wrong: when a tile "
+                "raises the running maximum, rescale l and acc by exp(m_old - m_new)")
+    return "compare O row by row with softmax(q k^T / sqrt(d)) v"
+
+
+@contextlib.contextmanager
+def _reads():
+    """Per load of an interpreted kernel: (launch, program, tensor, first, last element)."""
+    log, original = [], bounds._mark_read
+    builder = bounds._interpreter().interpreter_builder
+    def mark(launch, addresses):
+        original(launch, addresses)
+        for name, start, end, size, *_ in launch.ranges if addresses.size else ():
+            sel = addresses[(addresses >= start) & (addresses < end)]
+            if sel.size:
+                log.append((launch, builder.grid_idx, name, int(sel.min() - start) // size,
+                            int(sel.max() - start) // size))
+    bounds._mark_read = mark
+    try:
+        yield log
+    finally:
+        bounds._mark_read = original
+
+
+def _tiles(log, qkv, n: int, d: int) -> dict:
+    """Per program: the last query row it loaded, and any K/V load wholly past it."""
+    ptrs, seen = [t.untyped_storage().data_ptr() for t in qkv], {}
+    for launch, program, name, first, last in log:
+        t = launch.tensors.get(name)
+        ptr = t.untyped_storage().data_ptr() if t is not None else None
+        if ptr in ptrs:
+            seen.setdefault((id(launch), program), ([], []))[min(ptrs.index(ptr), 1)].append(
+                (first // d % n, last // d % n))
+    above, skipped = [], 0
+    for (_, program), (qs, kvs) in seen.items():
+        if qs and kvs:
+            q_last, kv_last = max(b for _, b in qs), max(b for _, b in kvs)
+            past = [a for a, _ in kvs if a > q_last]
+            above += [[list(program), q_last, min(past)]] if past else []
+            skipped += kv_last < n - 1
+    return {"above": above[:3], "skipped": skipped}
+
+
+def _collect_kernel(ns, seed):
+    """:func:`harness.collect`, each call given its ``causal``; lse and the rows read kept."""
+    fn = answer(ns, TASK.function)
+    if not callable(fn):
+        return {"not_callable": f"{type(fn).__name__} {fn!r:.60}"}
+
+    def run(case, log, reads, device):
+        got, start, mark = {}, len(log.launches), len(reads) if reads is not None else 0
+        def call(q, k, v):
+            got["qkv"] = (q, k, v)
+            got["out"] = fn(q, k, v, case.params["causal"])
+            return got["out"]
+        rec = harness._trial(TASK, call, ns, case.seeded(seed), log, device)
+        out = got.get("out") if isinstance(got.get("out"), (tuple, list)) else ()
+        lse = out[1] if len(out) == 2 and isinstance(out[1], torch.Tensor) else None
+        own = [x for x in log.launches[start:] if x.defined_in(ns) and x.traced]
+        rec["lse"], rec["lse_written"] = (None, None) if lse is None else (
+            lse.detach().cpu().clone(), list(bounds.written_by(own, lse)) if own else None)
+        if reads is not None and case.params["causal"] and "qkv" in got:
+            rec["tiles"] = _tiles(reads[mark:], got["qkv"], case.params["n"], case.params["d"])
+        return rec
+    raw, reads = {"trials": [], "unwatched": TASK.unwatchable()}, None
+    with contextlib.ExitStack() as stack:
+        if raw["unwatched"]:
+            log = stack.enter_context(bounds.watch(guard=False))
+        else:
+            stack.enter_context(bounds.interpreted(ns))
+            log = stack.enter_context(bounds.watch(guard=True))
+            reads = stack.enter_context(_reads())
+        first = run(TASK.first(), log, reads, runtime.device())
+        raw["trials"].append(first)
+        for case in [] if first["not_implemented"] else TASK.cases(first["blocks"]):
+            if case.label != first["label"]:
+                raw["trials"].append(run(case, log, reads, runtime.device()))
+    if runtime.is_gpu() and not any(t["error"] for t in raw["trials"]):
+        with bounds.watch(guard=False) as log:
+            raw["trials"] += [run(c, log, None, "cuda") for c in TASK.compiled_cases(
+                first["blocks"])]
+    return raw
+
+
+def _of(v, causal=None, kinds=("", LARGE)):
+    return [t for t in v.trials if t.case.params.get("kind") in kinds
+            and causal in (None, t.case.params.get("causal"))]
+
+
+def _o_part(causal, kinds=("", LARGE)):
+    def judge(part, raw):
+        v = harness.verdict_of(TASK, raw)
+        trials = _of(v, causal, kinds)
+        return v.correctness(part, "O matches the reference on " + (
+            TASK.summary([t.case for t in trials]) if kinds[0] != ACCUMULATION else
+            "V in the thousands, where acc passes fp16's 65504: the running sums are fp32"),
+            trials)
+    return judge
+
+
+def _lse_problem(t) -> str | None:
+    rec, (bh, n) = t.rec, (t.case.params["heads"], t.case.params["n"])
+    lse, (given, unwritten, changed) = rec.get("lse"), rec.get("lse_written") or (1, 0, 0)
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (bh, n) or lse.dtype != FP32:
+        return (f"lse is {lse.dtype if isinstance(lse, torch.Tensor) else type(lse).__name__} "
+                f"of shape {getattr(lse, 'shape', ())}: it must be float32 of shape {(bh, n)}")
+    if not given or unwritten:
+        return (f"{unwritten} of {lse.numel()} elements of lse were never stored by your kernel: "
+                "tl.store m + log(l) for every row < seq_len, from the kernel")
+    if changed:
+        return "the launcher changed lse after your kernel wrote it: return what it stored"
+    want = ak.attention_reference(*TASK.inputs(t.case, "cpu"), causal=t.case.params["causal"])[1]
+    if harness.close_hint(lse, want, *LSE_TOL) is None:
+        return None
+    if harness.close_hint(lse, want / math.log(2), *LSE_TOL) is None:
+        return ("lse is in base 2 (log2 of the sum of 2^s): the backward pass wants the "
+                "natural log, so multiply by ln 2")
+    return "lse must be log(sum_j exp(s_ij)) = m + log(l), with s the scaled scores"
+
+
+def _lse(part, raw):
+    v = harness.verdict_of(TASK, raw)
+    right = [t for t in v.trials if not t.problem]
+    if v.not_implemented or not right:
+        return not_implemented(part) if v.not_implemented else Feedback(
+            part, False, "lse is judged where O is right, and O is wrong on every call: make "
+            f"2a and 2b pass first ({v.first_failure()})")
+    problem = next(((t, p) for t in right if (p := _lse_problem(t))), None)
+    if problem:
+        return Feedback(part, False, f"{problem[0].where}: {problem[1]}")
+    return Feedback(part, True, "lse = m + log(l), natural log, on every call where O is right")
+
+
+def _skipping(part, raw):
+    v = harness.verdict_of(TASK, raw)
+    if v.not_implemented or v.unwatched:
+        return not_implemented(part) if v.not_implemented else Feedback(
+            part, False, v.unwatched, status="not checked here")
+    causal = [t for t in v.watched if t.case.params.get("causal")]
+    for t in causal:
+        tiles = t.rec.get("tiles")
+        if t.raised or not t.own_launches or not isinstance(tiles, dict):
+            return Feedback(part, False, f"could not be checked: at {t.where}, "
+                            f"{t.problem or 'no record of the loads'}")
+        if tiles.get("above"):
+            program, last, first = tiles["above"][0]
+            return Feedback(part, False, f"at {t.where}, program {program} (queries up to row "
+                            f"{last}) loaded keys from row {first} on, a tile wholly above the "
+                            "diagonal that none of its queries sees: stop the causal loop at the "
+                            "end of the diagonal, min(start_m + BLOCK_M, seq_len)")
+    if not any((t.rec.get("tiles") or {}).get("skipped") for t in causal):
+        return Feedback(part, False, "no causal call had a tile to skip (grader tampered with?)")
+    return Feedback(part, True, "causal programs load K and V only up to the tile that holds "
+                    "their last query: the tiles above the diagonal are never read")
+
+
+# --- Part 3 (GPU): timed at 4096 tokens beside naive attention and the course's kernel. ----------
+
+
+def _collect_timings(ns, seed) -> dict:
+    """In the learner's process: each version timed on the same inputs, causal and not."""
+    from ... import bench
+    fn, g = answer(ns, TASK.function), harness.generator(seed)
+    q, k, v = (torch.randn(*SPEED_SHAPE, generator=g).to(SPEED_DTYPE).cuda() for _ in "qkv")
+    out = {"gpu": torch.cuda.get_device_name()}
+    with gpu_lock():
+        for causal in (False, True):
+            err = (fn(q, k, v, causal)[0].float()
+                   - ak.flash_attention_forward(q, k, v, causal)[0].float()).abs().max().item()
+            versions = {"yours": lambda: fn(q, k, v, causal),
+                        "naive": lambda: ak.naive_attention(q, k, v, causal),
+                        "course": lambda: ak.flash_attention_forward(q, k, v, causal)}
+            out["causal" if causal else "no mask"] = {
+                "error": err, **{name: bench.time_ms(f) for name, f in versions.items()}}
+    return out
+
+
+def _timed(part, key, goal, advice):
+    modes = ("no mask", "causal")
+    def judge(raw):
+        if not all(raw[m]["error"] <= TOL[SPEED_DTYPE][0] for m in modes):
+            return Feedback(part, False, f"O at {SPEED_SHAPE[1]} tokens (bf16) differs from the "
+                            "course's kernel's beyond the bf16 tolerance")
+        text = f"on {raw['gpu']}, {' x '.join(map(str, SPEED_SHAPE))} bf16: " + "; ".join(
+            f"{m}: yours {raw[m]['yours']:.3f} ms, {key} {raw[m][key]:.3f} ms" for m in modes)
+        return target(part, all(raw[m][key] / raw[m]["yours"] >= goal for m in modes), text,
+                      advice)
+    return judge
+
+
+# --- The assignment, and the calls the notebook makes. -------------------------------------------
+
+
+def _kernel_part(key, title, points, judge):
+    return Part(key, title, points, lambda raw: judge(f"{key} {title}", raw),
+                ("attention_forward",), group="kernel", collect=_collect_kernel)
+
+
+def _timed_part(key, title, *how):
+    return Part(key, title, 3, _timed(f"{key} {title}", *how), ("attention_forward",),
+                gpu=True, group="speed", collect=_collect_timings, after="kernel")
+
+
+ASSIGNMENT = Assignment(
+    name="06_flash_attention",
+    title="A FlashAttention forward kernel",
+    parts=(
+        Part("1", "merge_states", 3, _merge, ("merge_states",), collect=_collect_merge),
+        _kernel_part("2a", "O without a mask", 4, _o_part(False)),
+        _kernel_part("2b", "O with the causal mask", 4, _o_part(True)),
+        _kernel_part("2c", "lse is right", 2, _lse),
+        _kernel_part("2d", "causal tiles skipped", 2, _skipping),
+        _kernel_part("2e", "the kernel stays in bounds", 2,
+                     lambda part, raw: harness.verdict_of(TASK, raw).in_bounds(part)),
+        _kernel_part("2f", "fp32 running sums", 2, _o_part(None, (ACCUMULATION,))),
+        _timed_part("3a", "faster than naive attention", "naive", SPEED_GOAL,
+                    f"The goal is {SPEED_GOAL:g}x in both: tiles of 128 queries x 64 keys, exp2, "
+                    "no mask on the tiles left of the diagonal"),
+        _timed_part("3b", "within 20% of the course's kernel", "course", 1 / COURSE_SLACK,
+                    "Compare your launch settings with helpers.kernels.attention.forward_config, "
+                    "and check that causal programs stop at the diagonal"),
+    ),
+)
+
+check_merge = check_function(ASSIGNMENT, ("1",),
+    "Part 1: ``merge_states`` on random rows, large scores, masked keys, fully masked rows.")
+
+check_kernel = check_function(ASSIGNMENT, ("2a", "2b", "2c", "2d", "2e", "2f"),
+    "Part 2: ``attention_forward`` on awkward lengths, causal and not, watched.")
+
+check_speed = check_function(ASSIGNMENT, ("3a", "3b"),
+    "Part 3: timed against naive attention and the course's kernel (GPU mode).")
