@@ -1,0 +1,183 @@
+"""Lesson 07's measurements: one matmul kernel, many settings, many shapes.
+
+* **heatmaps**: TFLOP/s of :func:`~helpers.kernels.matmul_tuned.matmul_kernel_v6` under
+  every tile shape x warps x stages of :data:`HEATMAP_TILES` for four shapes (square,
+  skinny, long K, off the tile grid), fp16: where the best setting sits, and how it moves.
+* **shapes**: :data:`SHAPES` (16 shapes: squares 1024-8192, M in {1, 16, 128} with large
+  N and K, long K with small M and N, sizes off the tile grid), fp16 and bf16: the
+  autotuned kernel against ``torch.matmul`` (cuBLAS) and against lesson 04's single
+  setting (:data:`FIXED`), each output checked before it is timed, and the setting the
+  tuner chose.
+* **tuning_time**: the seconds the first call of each shape took here (search and
+  compile), then two fresh processes on the same cache directory: one calling the tuned
+  kernel (the timings come from the autotuner's disk cache), one calling the fixed
+  setting (never tunes).
+* **launch_overhead**: host microseconds per call at a tiny shape, for the autotuned
+  launcher, a direct launch, ``torch.matmul`` and a CUDA graph replay.
+
+Timings are medians of :func:`helpers.bench.time_ms` (cold L2) in this one process.
+``./course record autotuning`` writes ``helpers/records/autotuning__<gpu>.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+from .. import bench
+from ..kernels import matmul_tuned as mt
+from . import experiment
+
+SHAPES = [
+    ("square 1024", 1024, 1024, 1024), ("square 2048", 2048, 2048, 2048),
+    ("square 4096", 4096, 4096, 4096), ("square 8192", 8192, 8192, 8192),
+    ("one row", 1, 8192, 8192), ("16 rows", 16, 8192, 8192), ("128 rows", 128, 8192, 8192),
+    ("skinny MLP", 64, 14336, 4096), ("long K 256", 256, 256, 16384),
+    ("long K 128x512", 128, 512, 32768), ("off grid 4000x3000x1000", 4000, 3000, 1000),
+    ("off grid 333x777x1999", 333, 777, 1999), ("off grid 1000^3", 1000, 1000, 1000),
+    ("off grid 3000x5000x2500", 3000, 5000, 2500), ("tall 8192x1024x4096", 8192, 1024, 4096),
+    ("off grid 2047x4097x1023", 2047, 4097, 1023),
+]
+DTYPES = (torch.float16, torch.bfloat16)
+HEATMAP_SHAPES = [("square 4096", 4096, 4096, 4096), ("skinny M=64", 64, 8192, 8192),
+                  ("long K", 256, 256, 16384), ("off grid", 4000, 3000, 1000)]
+HEATMAP_TILES = [(16, 128), (32, 128), (64, 64), (64, 128), (128, 64), (128, 128), (128, 256),
+                 (256, 128)]
+HEATMAP_WARPS, HEATMAP_STAGES = (4, 8), (3, 4)
+# Lesson 04's best single setting (its ladder's top rung): 128 x 256 tiles, 8 warps.
+FIXED = mt._config(128, 256, 64, 1, 8, 3)
+OVERHEAD_SHAPE = (64, 64, 64)
+
+
+def _flops(M, N, K) -> float:
+    return 2.0 * M * N * K
+
+
+def _inputs(M, N, K, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(M, K, device="cuda", dtype=dtype, generator=g),
+            torch.randn(K, N, device="cuda", dtype=dtype, generator=g))
+
+
+def _error(c, a, b) -> float:
+    """Worst error relative to the largest output, against an fp32 product."""
+    want = a.float() @ b.float()
+    return ((c.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+
+
+def heatmaps() -> list[dict]:
+    out = []
+    for label, M, N, K in HEATMAP_SHAPES:
+        a, b = _inputs(M, N, K, torch.float16)
+        rows = []
+        for bm, bn in HEATMAP_TILES:
+            for warps in HEATMAP_WARPS:
+                for stages in HEATMAP_STAGES:
+                    config = mt._config(bm, bn, 64, 1, warps, stages)
+                    row = dict(config)
+                    ok, why = mt.fits(config, torch.float16)
+                    if not ok:
+                        rows.append({**row, "ms": None, "tflops": None, "error": why})
+                        continue
+                    try:
+                        ms = bench.time_ms(lambda: mt.matmul_tuned(a, b, config=config))
+                        rows.append({**row, "ms": ms, "tflops": bench.tflops(_flops(M, N, K), ms)})
+                    except Exception as error:      # the compiler may still refuse one
+                        rows.append({**row, "ms": None, "tflops": None,
+                                     "error": f"{type(error).__name__}: {str(error)[:200]}"})
+        out.append({"label": label, "M": M, "N": N, "K": K, "dtype": "fp16", "rows": rows})
+    return out
+
+
+def shapes() -> tuple[list[dict], float]:
+    """Every shape in both dtypes; also the seconds all first (tuning) calls took."""
+    out, tuning_s = [], 0.0
+    for dtype in DTYPES:
+        for label, M, N, K in SHAPES:
+            a, b = _inputs(M, N, K, dtype)
+            start = time.perf_counter()
+            c = mt.matmul_tuned(a, b)                       # tunes this bucket
+            torch.cuda.synchronize()
+            tuning_s += time.perf_counter() - start
+            row = {"label": label, "M": M, "N": N, "K": K,
+                   "dtype": "fp16" if dtype == torch.float16 else "bf16",
+                   "tuned_error": _error(c, a, b),
+                   "fixed_error": _error(mt.matmul_tuned(a, b, config=FIXED), a, b),
+                   "tuned_config": mt.config_of(mt.matmul_kernel_v6_tuned.best_config)}
+            row["torch_ms"] = bench.time_ms(lambda: torch.matmul(a, b))
+            row["tuned_ms"] = bench.time_ms(lambda: mt.matmul_tuned(a, b))
+            row["fixed_ms"] = bench.time_ms(lambda: mt.matmul_tuned(a, b, config=FIXED))
+            row["tuned_vs_torch"] = row["torch_ms"] / row["tuned_ms"]
+            row["tuned_vs_fixed"] = row["fixed_ms"] / row["tuned_ms"]
+            row["tuned_tflops"] = bench.tflops(_flops(M, N, K), row["tuned_ms"])
+            row["torch_tflops"] = bench.tflops(_flops(M, N, K), row["torch_ms"])
+            out.append(row)
+    return out, tuning_s
+
+
+_CHILD = """
+import sys, time, torch, helpers
+from helpers.kernels import matmul_tuned as mt
+from helpers.experiments.autotuning import SHAPES, DTYPES, FIXED, _inputs
+fixed = sys.argv[1] == "fixed"
+start = time.perf_counter()
+for dtype in DTYPES:
+    for _, M, N, K in SHAPES:
+        a, b = _inputs(M, N, K, dtype)
+        mt.matmul_tuned(a, b, config=FIXED if fixed else None)
+torch.cuda.synchronize()
+print(time.perf_counter() - start)
+"""
+
+
+def _child_seconds(mode: str) -> float:
+    done = subprocess.run([sys.executable, "-c", _CHILD, mode], capture_output=True, text=True,
+                          env=dict(os.environ), check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def launch_overhead(calls: int = 2000) -> dict:
+    M, N, K = OVERHEAD_SHAPE
+    a, b = _inputs(M, N, K, torch.float16)
+    c = mt.matmul_tuned(a, b)
+    config = mt.config_of(mt.matmul_kernel_v6_tuned.best_config)
+
+    def host_us(fn) -> float:
+        fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host = time.perf_counter() - start
+        torch.cuda.synchronize()
+        return host / calls * 1e6
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = mt.matmul_tuned(a, b, config=config)
+    return {"shape": list(OVERHEAD_SHAPE), "calls": calls,
+            "gpu_us": bench.time_ms(lambda: mt.matmul_tuned(a, b, config=config)) * 1e3,
+            "autotuned_us": host_us(lambda: mt.matmul_tuned(a, b)),
+            "fixed_us": host_us(lambda: mt.matmul_tuned(a, b, config=config)),
+            "torch_us": host_us(lambda: torch.matmul(a, b)),
+            "graph_replay_us": host_us(graph.replay)}
+
+
+@experiment("autotuning")
+def autotuning() -> dict:
+    shape_rows, tuning_s = shapes()
+    return {
+        "shapes": shape_rows,
+        "tuning_time": {"cold_s": tuning_s, "cached_s": _child_seconds("tuned"),
+                        "untuned_s": _child_seconds("fixed"),
+                        "note": "cold: first calls in this process (search and compile); "
+                                "cached and untuned: fresh processes, imports excluded"},
+        "heatmaps": heatmaps(),
+        "launch_overhead": launch_overhead(),
+        "space": list(mt.CONFIG_SPACE),
+        "fixed": FIXED,
+    }
