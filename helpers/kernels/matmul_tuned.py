@@ -267,7 +267,27 @@ def _scratch_for(a, M, N, K, space):
 
 def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torch.Tensor:
     """``a @ b`` by :func:`matmul_kernel_v6`: autotuned per bucketed shape on a GPU, or with
-    ``config`` (a dict of :data:`KEYS`). In CPU mode, :data:`CPU_CONFIG` unless given."""
+    ``config`` (a dict of :data:`KEYS`). In CPU mode, :data:`CPU_CONFIG` unless given.
+
+    On a GPU the first call of a shape goes through the autotuner (search, compile,
+    launch) and keeps a *plan*: the compiled kernel, its grid and its settings. Later
+    calls of the same shape and layout launch the compiled kernel directly, skipping
+    the autotuner's and the JIT's Python work: at small sizes that host time, not the
+    GPU, sets the speed (the ``launch_overhead`` part of the autotuning record).
+    """
+    key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
+           a.data_ptr() % 16, b.data_ptr() % 16,
+           None if config is None else tuple(sorted(config.items())))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        compiled, grid, tail = plan
+        c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
+        compiled[grid](a, b, c, *tail)
+        return c
+    return _first_call(a, b, config, key)
+
+
+def _first_call(a, b, config, key) -> torch.Tensor:
     for name, t in (("a", a), ("b", b)):
         check_tensor(t, name, dtypes=FLOAT_DTYPES, ndim=2, contiguous=False)
     if a.dtype != b.dtype or a.shape[1] != b.shape[0]:
@@ -296,9 +316,34 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"])
 
     extra = {} if config is None else {k: config[k] for k in KEYS}
-    kernel[grid](a, b, c, ws, locks, M, N, K, *a.stride(), *b.stride(), *c.stride(),
-                 *shape_key(M, N, K), **extra)
+    tail = (ws, locks, M, N, K, *a.stride(), *b.stride(), *c.stride(), *shape_key(M, N, K))
+    compiled = kernel[grid](a, b, c, *tail, **extra)
+    if runtime.is_gpu() and LEAN_LAUNCH:
+        _keep_plan(key, compiled, a, b, c, tail, config or config_of(kernel.best_config))
     return c
+
+
+# Launch a shape's compiled kernel directly after its first call (GPU mode).
+LEAN_LAUNCH = True
+_PLANS: dict = {}
+
+
+def _keep_plan(key, compiled, a, b, c, tail, config) -> None:
+    """Remember how this shape launches, after checking that the direct launch gives
+    exactly what the first launch gave (it runs the same binary)."""
+    chosen = {k: config[k] for k in KEYS[:5]}
+    even_k = _even_k({"K": tail[4], **chosen})
+    full_tail = (*tail, *chosen.values(), even_k)
+    grid = (triton.cdiv(c.shape[0], chosen["BLOCK_M"]) * triton.cdiv(c.shape[1], chosen["BLOCK_N"]),
+            chosen["SPLIT_K"], 1)
+    again = torch.empty_like(c)
+    try:
+        compiled[grid](a, b, again, *full_tail)
+        same = torch.equal(again, c)
+    except Exception:                   # another Triton's launcher takes other arguments
+        same = False
+    if same:
+        _PLANS[key] = (compiled, grid, full_tail)
 
 
 def chosen_config(M: int, N: int, K: int, dtype=torch.float16, a_strides=None,
