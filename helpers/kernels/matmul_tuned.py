@@ -318,7 +318,7 @@ def _first_call(a, b, config, key) -> torch.Tensor:
     extra = {} if config is None else {k: config[k] for k in KEYS}
     tail = (ws, locks, M, N, K, *a.stride(), *b.stride(), *c.stride(), *shape_key(M, N, K))
     compiled = kernel[grid](a, b, c, *tail, **extra)
-    if runtime.is_gpu() and LEAN_LAUNCH:
+    if runtime.is_gpu() and LEAN_LAUNCH and not torch.cuda.is_current_stream_capturing():
         _keep_plan(key, compiled, a, b, c, tail, config or config_of(kernel.best_config))
     return c
 
