@@ -52,9 +52,40 @@ def source_of(obj) -> str:
         ) from err
 
 
-def show(obj) -> None:
-    """Display ``obj``'s source: highlighted in a notebook, printed in a terminal."""
-    src = Source(source_of(obj), getattr(_unwrap(obj), "__name__", repr(obj)))
+# A kernel marks the lines a graded assignment asks the learner to write; a lesson shows
+# the kernel's outline, with those lines left out.
+HIDDEN_START, HIDDEN_END = "# >>> assignment", "# <<< assignment"
+
+
+def outline(code: str) -> str:
+    """``code`` with each marked region replaced by one ``...`` line at its indent."""
+    out, hiding = [], False
+    for line in code.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(HIDDEN_START):
+            hiding = True
+            indent = line[:len(line) - len(line.lstrip())]
+            out.append(f"{indent}...  # {stripped[len(HIDDEN_START):].strip(' :') or 'yours to write'}")
+        elif stripped.startswith(HIDDEN_END):
+            hiding = False
+        elif not hiding:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _without_markers(code: str) -> str:
+    return "".join(line for line in code.splitlines(keepends=True)
+                   if not line.strip().startswith((HIDDEN_START, HIDDEN_END)))
+
+
+def show(obj, hide_assignment: bool = False) -> None:
+    """Display ``obj``'s source: highlighted in a notebook, printed in a terminal.
+
+    ``hide_assignment`` leaves out the regions a graded assignment asks for (marked
+    ``# >>> assignment: what`` ... ``# <<< assignment``), each shown as ``...``."""
+    code = source_of(obj)
+    code = outline(code) if hide_assignment else _without_markers(code)
+    src = Source(code, getattr(_unwrap(obj), "__name__", repr(obj)))
     try:
         from IPython import get_ipython
         from IPython.display import display

@@ -27,3 +27,12 @@ def test_show_prints_outside_a_notebook(capsys):
 def test_objects_without_source_get_a_clear_error():
     with pytest.raises(TypeError, match="cannot find the source"):
         source_of(len)
+
+
+def test_an_outline_leaves_out_the_marked_regions():
+    from helpers.show import outline, _without_markers
+
+    code = ("def f(x):\n    y = 1\n    # >>> assignment: the loop\n    for i in x:\n"
+            "        y += i\n    # <<< assignment\n    return y\n")
+    assert outline(code) == "def f(x):\n    y = 1\n    ...  # the loop\n    return y\n"
+    assert "assignment" not in _without_markers(code) and "for i in x" in _without_markers(code)

@@ -53,6 +53,7 @@ def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
             k = tl.load(k_ptrs, mask=cols[:, None] < seq_k, other=0.0)
         else:
             k = tl.load(k_ptrs)
+        # >>> assignment: scores, masks, the online-softmax update, P @ V
         # BLOCK_M x BLOCK_N scores on the tensor cores, accumulated in fp32, in log2 units.
         s = tl.dot(q, tl.trans(k)) * qk_scale
         if MASKED:
@@ -74,6 +75,7 @@ def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
         acc = acc * rescale[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
+        # <<< assignment
     return acc, l_i, m_i
 
 
@@ -106,6 +108,7 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * LOG2_E
 
+    # >>> assignment: which key tiles run unmasked, which masked, which are skipped
     full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N              # keys in whole K tiles
     if CAUSAL:
         band = pid_m * BLOCK_M             # the diagonal band starts at the first row
@@ -114,6 +117,7 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     else:
         unmasked_end = full_tiles_end
         stop = seq_k
+    # <<< assignment
     acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
                                      rows, 0, unmasked_end, seq_k, qk_scale,
                                      HEAD_DIM, BLOCK_N, False, CAUSAL)
@@ -121,9 +125,11 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
                                      rows, unmasked_end, stop, seq_k, qk_scale,
                                      HEAD_DIM, BLOCK_N, True, CAUSAL)
 
+    # >>> assignment: normalise, and the log-sum-exp the backward needs
     # Normalise once at the end, and save lse = m + log(l) (natural log) for the backward.
     o = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * LN_2
+    # <<< assignment
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)
     o_head = O + b * stride_ob + h * stride_oh
     tl.store(o_head + rows[:, None] * stride_om + dims[None, :], o.to(O.dtype.element_ty),
