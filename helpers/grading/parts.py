@@ -234,7 +234,7 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
             continue
         result = _judged(part, collection, cells, cell_results)
         if result.status == PASSED and part.collect is not None and not part.gpu \
-                and not launches:
+                and not launches and _kernel_trials(collection):
             result = PartResult(part.key, part.title, 0, part.points, FAILED,
                                 "the notebook launches no @triton.jit kernel of its own "
                                 "(no kernel[grid](...) anywhere in it): the graded function "
@@ -243,6 +243,14 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
     raws = {unit: c.data.get("raw") for unit, c in collections.items()
             if c.data is not None and c.data.get("ok")}
     return [results[p.key] for p in spec.parts], notes + copy_notes(raws)
+
+
+def _kernel_trials(collection: Collection) -> bool:
+    """Whether a collection holds a graded kernel's trials (:func:`harness.collect`): only a
+    kernel part needs a launch of the notebook's own kernel, not a plain Python function
+    (a pruning rule, a key) graded on the grader's inputs."""
+    raw = (collection.data or {}).get("raw")
+    return isinstance(raw, dict) and "trials" in raw
 
 
 def copy_notes(raws: dict) -> list[str]:
