@@ -56,7 +56,8 @@ def _config(bm, bn, bk, split_k, warps, stages, group_m=8) -> dict:
 # and split-K for long, thin reductions.
 CONFIG_SPACE = (
     [_config(bm, bn, 64, 1, w, s) for bm, bn, w, s in (
-        (128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4),
+        (128, 256, 8, 3), (128, 256, 8, 4), (256, 128, 8, 3), (256, 128, 8, 4),
+        (128, 128, 8, 4), (128, 128, 4, 4),
         (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))]
     + [_config(bm, bn, bk, sk, w, s) for bm in (16, 32, 64) for bn, bk, w, s in (
         (64, 128, 4, 4), (128, 128, 4, 4), (256, 64, 8, 4)) for sk in (1, 4)]
@@ -74,7 +75,8 @@ def matmul_kernel_v6(a_ptr, b_ptr, c_ptr, ws_ptr, locks_ptr, M, N, K,
                      stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      M_BUCKET, N_BUCKET, K_BUCKET,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr):
+                     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
+                     ALIGN_A: tl.constexpr, ALIGN_B: tl.constexpr):
     pid_m, pid_n = grouped_tile(tl.program_id(axis=0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
                                 GROUP_M)
     # Split-K: slice `pid_k` of the K axis, a whole number of BLOCK_K steps.
@@ -82,25 +84,32 @@ def matmul_kernel_v6(a_ptr, b_ptr, c_ptr, ws_ptr, locks_ptr, M, N, K,
     steps = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
     k_start = pid_k * steps * BLOCK_K
     k_stop = tl.minimum(k_start + steps * BLOCK_K, K)
+    k_full = k_start + (k_stop - k_start) // BLOCK_K * BLOCK_K   # the whole steps
     # Rows past M and columns past N wrap around (% M) instead of being masked: they load
-    # real, harmless values, the loads stay unmasked and vectorised, and the store below
-    # drops them.
+    # real, harmless values, the loads stay unmasked, and the store below drops them.
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    # Alignment the launcher vouches for (ALIGN elements = 16 bytes): rows of A and B that
+    # start on 16-byte boundaries, and runs of ALIGN_B columns that never straddle the
+    # wrap, let each thread load 16 bytes at once instead of one element. Triton can only
+    # see this for sizes divisible by 16, so K = 1000 would otherwise load 2 bytes a time.
+    if ALIGN_A > 1:
+        stride_am = tl.multiple_of(stride_am, ALIGN_A)
+    if ALIGN_B > 1:
+        stride_bk = tl.multiple_of(stride_bk, ALIGN_B)
+        cols = tl.max_contiguous(tl.multiple_of(cols, ALIGN_B), ALIGN_B)
     ks = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + (k_start + ks)[None, :] * stride_ak
     b_ptrs = b_ptr + (k_start + ks)[:, None] * stride_bk + cols[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_start, k_stop, BLOCK_K):
-        if EVEN_K:                                  # K a multiple of the steps: no mask
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            a = tl.load(a_ptrs, mask=ks[None, :] < k_stop - k0, other=0.0)
-            b = tl.load(b_ptrs, mask=ks[:, None] < k_stop - k0, other=0.0)
-        acc = tl.dot(a, b, acc)
+    for k0 in range(k_start, k_full, BLOCK_K):      # whole steps: no mask at all
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    if k_full < k_stop:                              # the K tail, once, masked
+        a = tl.load(a_ptrs, mask=ks[None, :] < k_stop - k_full, other=0.0)
+        b = tl.load(b_ptrs, mask=ks[:, None] < k_stop - k_full, other=0.0)
+        acc = tl.dot(a, b, acc)
     out_rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     out_cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (out_rows[:, None] < M) & (out_cols[None, :] < N)
@@ -125,12 +134,29 @@ def matmul_kernel_v6(a_ptr, b_ptr, c_ptr, ws_ptr, locks_ptr, M, N, K,
             tl.atomic_xchg(lock, 0)
 
 
-def _even_k(args) -> bool:
-    return args["K"] % (args["BLOCK_K"] * args["SPLIT_K"]) == 0
+def _vector(t) -> int:
+    """Elements in 16 bytes of ``t``'s dtype: one vectorised load."""
+    return 16 // t.element_size()
 
 
+def align_a(args) -> int:
+    """ALIGN_A: rows of a row-major A start on 16-byte boundaries (else 1: no promise)."""
+    a, v = args["a_ptr"], _vector(args["a_ptr"])
+    ok = args["stride_ak"] == 1 and args["stride_am"] % v == 0 and a.data_ptr() % 16 == 0
+    return v if ok else 1
+
+
+def align_b(args) -> int:
+    """ALIGN_B: as :func:`align_a` for B's rows, and N a multiple of the vector too."""
+    b, v = args["b_ptr"], _vector(args["b_ptr"])
+    ok = args["stride_bn"] == 1 and args["stride_bk"] % v == 0 and args["N"] % v == 0 \
+        and b.data_ptr() % 16 == 0
+    return v if ok else 1
+
+
+_ALIGNMENT = {"ALIGN_A": align_a, "ALIGN_B": align_b}
 # One setting, chosen by the caller (CPU mode, the sweeps, lesson 04's fixed setting).
-matmul_kernel_v6_fixed = triton.heuristics({"EVEN_K": _even_k})(matmul_kernel_v6)
+matmul_kernel_v6_fixed = triton.heuristics(_ALIGNMENT)(matmul_kernel_v6)
 
 
 # --------------------------------------------------------------------------------------
@@ -280,11 +306,41 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -
            None if config is None else tuple(sorted(config.items())))
     plan = _PLANS.get(key)
     if plan is not None:
-        compiled, grid, tail = plan
-        c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
+        compiled, grid, tail, pad_a, n_padded = plan
+        M, N = a.shape[0], b.shape[1]
+        if pad_a:
+            a = _padded(a, a.shape[1])
+        if n_padded != N:
+            b = _padded(b, n_padded)
+        c = torch.empty((M, n_padded), device=a.device, dtype=a.dtype)
         compiled[grid](a, b, c, *tail)
-        return c
+        return c if n_padded == N else c[:, :N].contiguous()
     return _first_call(a, b, config, key)
+
+
+def _padded(x: torch.Tensor, cols: int) -> torch.Tensor:
+    """``x`` copied into rows of ``cols`` elements rounded up to 16 bytes: a row-major
+    matrix whose rows all start on 16-byte boundaries (extra columns left unset)."""
+    vector = 16 // x.element_size()
+    width = triton.cdiv(cols, vector) * vector
+    out = torch.empty((x.shape[0], width), device=x.device, dtype=x.dtype)
+    out[:, :x.shape[1]] = x
+    return out[:, :cols]
+
+
+def _needs_padding(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, int]:
+    """Whether to copy A into aligned rows, and the column count to run B and C with.
+
+    A row-major matrix whose rows do not start on 16-byte boundaries (K = 1999 in fp16),
+    or a B whose N is no multiple of 8 fp16 elements, defeats the kernel's 16-byte loads:
+    every element is then loaded on its own, several times slower than the copy costs.
+    """
+    vector = 16 // a.element_size()
+    pad_a = a.stride(1) == 1 and a.shape[0] > 1 and bool(a.stride(0) % vector
+                                                         or a.data_ptr() % 16)
+    N = b.shape[1]
+    pad_b = b.stride(1) == 1 and bool(b.stride(0) % vector or b.data_ptr() % 16 or N % vector)
+    return pad_a, (triton.cdiv(N, vector) * vector if pad_b else N)
 
 
 def _first_call(a, b, config, key) -> torch.Tensor:
@@ -296,9 +352,12 @@ def _first_call(a, b, config, key) -> torch.Tensor:
     runtime.check_dot_dtype(a.dtype)
     M, K = a.shape
     N = b.shape[1]
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    if c.numel() == 0 or K == 0:
-        return c.zero_()
+    if M * N == 0 or K == 0:
+        return torch.zeros((M, N), device=a.device, dtype=a.dtype)
+    pad_a, n_padded = _needs_padding(a, b)
+    a = _padded(a, K) if pad_a else a
+    b = _padded(b, n_padded) if n_padded != N else b
+    c = torch.empty((M, n_padded), device=a.device, dtype=a.dtype)
     if config is None and runtime.is_cpu():
         config = CPU_CONFIG
     if config is not None:
@@ -307,20 +366,23 @@ def _first_call(a, b, config, key) -> torch.Tensor:
             raise ValueError(f"config lacks {sorted(missing)}; it needs all of {KEYS}")
         space, kernel = [config], matmul_kernel_v6_fixed
     else:
-        args = {"M": M, "N": N, "K": K, "a_ptr": a}
+        args = {"M": M, "N": n_padded, "K": K, "a_ptr": a}
         space = [config_of(x) for x in prune(matmul_kernel_v6_tuned.configs, args)]
         kernel = matmul_kernel_v6_tuned
-    ws, locks = _scratch_for(a, M, N, K, space)
+    ws, locks = _scratch_for(a, M, n_padded, K, space)
 
     def grid(meta):
-        return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"])
+        return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(n_padded, meta["BLOCK_N"]),
+                meta["SPLIT_K"])
 
     extra = {} if config is None else {k: config[k] for k in KEYS}
-    tail = (ws, locks, M, N, K, *a.stride(), *b.stride(), *c.stride(), *shape_key(M, N, K))
+    tail = (ws, locks, M, n_padded, K, *a.stride(), *b.stride(), *c.stride(),
+            *shape_key(M, N, K))
     compiled = kernel[grid](a, b, c, *tail, **extra)
     if runtime.is_gpu() and LEAN_LAUNCH and not torch.cuda.is_current_stream_capturing():
-        _keep_plan(key, compiled, a, b, c, tail, config or config_of(kernel.best_config))
-    return c
+        _keep_plan(key, compiled, a, b, c, tail, config or config_of(kernel.best_config),
+                   pad_a)
+    return c if n_padded == N else c[:, :N].contiguous()
 
 
 # Launch a shape's compiled kernel directly after its first call (GPU mode).
@@ -328,12 +390,13 @@ LEAN_LAUNCH = True
 _PLANS: dict = {}
 
 
-def _keep_plan(key, compiled, a, b, c, tail, config) -> None:
+def _keep_plan(key, compiled, a, b, c, tail, config, pad_a) -> None:
     """Remember how this shape launches, after checking that the direct launch gives
     exactly what the first launch gave (it runs the same binary)."""
     chosen = {k: config[k] for k in KEYS[:5]}
-    even_k = _even_k({"K": tail[4], **chosen})
-    full_tail = (*tail, *chosen.values(), even_k)
+    shape = {"a_ptr": a, "b_ptr": b, "N": tail[3], "stride_am": tail[5], "stride_ak": tail[6],
+             "stride_bk": tail[7], "stride_bn": tail[8]}
+    full_tail = (*tail, *chosen.values(), align_a(shape), align_b(shape))
     grid = (triton.cdiv(c.shape[0], chosen["BLOCK_M"]) * triton.cdiv(c.shape[1], chosen["BLOCK_N"]),
             chosen["SPLIT_K"], 1)
     again = torch.empty_like(c)
@@ -343,7 +406,7 @@ def _keep_plan(key, compiled, a, b, c, tail, config) -> None:
     except Exception:                   # another Triton's launcher takes other arguments
         same = False
     if same:
-        _PLANS[key] = (compiled, grid, full_tail)
+        _PLANS[key] = (compiled, grid, full_tail, pad_a, c.shape[1])
 
 
 def chosen_config(M: int, N: int, K: int, dtype=torch.float16, a_strides=None,
