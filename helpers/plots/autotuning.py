@@ -1,0 +1,492 @@
+"""Lesson 07's figures and tables, drawn from the autotuning records (one per GPU).
+
+* :func:`plot_heatmaps`: TFLOP/s over tile x warps x stages for each recorded shape, one
+  row of panels per GPU, so that the winner's move from shape to shape and from GPU to
+  GPU is seen at once; :func:`winners` says the same in a table, and
+  :class:`HeatmapExplorer` lets a learner read one column of a heatmap at a time.
+* :func:`shape_rows`, :func:`geomeans`, :func:`plot_sweep`: the tuned kernel against
+  ``torch.matmul`` and lesson 04's single setting, shape by shape; :func:`targets` checks
+  the lesson's goals against a record.
+* :func:`plot_costs`: what tuning costs (cold, cached, untuned) and what a call costs on
+  the host (launchers, CUDA graph replay) against the kernel's own GPU time.
+* :func:`prune_rows`: the pruning decisions of :mod:`helpers.kernels.matmul_tuned` for one
+  shape, as a table; :func:`persistent_rows`: lesson 04's persistent kernel against its
+  non-persistent one, by the number of tiles per SM.
+
+Every figure and table names its source (the record's label). Nothing here measures.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import records
+from ..kernels import matmul_tuned as mt
+from . import finish
+from .explorer import Explorer, new_figure, readout_box
+from .fusion import format_rows, geomean
+
+TOPIC = "autotuning"
+
+# The issue's performance targets (H100, side by side in one run).
+GEOMEAN_VS_TORCH = 0.95      # geometric mean of torch_ms / tuned_ms over the sweep
+FLOOR_VS_TORCH = 0.80        # no shape below this
+SQUARE_8192_VS_TORCH = 0.95  # at 8192^3, each dtype
+GEOMEAN_VS_FIXED = 1.2       # tuned against lesson 04's single setting
+CACHED_OVER_UNTUNED = 1.10   # a cached run within 10 % of a run that never tunes
+MIN_SHAPES = 16              # shapes in the sweep, each in fp16 and bf16
+
+
+def load_all() -> list:
+    """Every committed autotuning record, the course's reference GPU first."""
+    have = records.available(TOPIC)
+    rank = {g: i for i, g in enumerate(records.PREFERRED_GPUS)}
+    return [records.load(TOPIC, g) for g in sorted(have, key=lambda g: (rank.get(g, 99), g))]
+
+
+def gpu_key(rec) -> str:
+    return rec.provenance.get("gpu_key", rec.gpu)
+
+
+def describe(config: dict) -> str:
+    """``128x256x64 w8 s3`` (tile, warps, stages), with split-K and GROUP_M when they matter."""
+    text = (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
+            f"w{config['num_warps']} s{config['num_stages']}")
+    if config.get("SPLIT_K", 1) > 1:
+        text += f" split-K {config['SPLIT_K']}"
+    if config.get("GROUP_M", 8) != 8:
+        text += f" G{config['GROUP_M']}"
+    return text
+
+
+def _setting(row: dict) -> tuple:
+    return tuple(row.get(k) for k in mt.KEYS)
+
+
+# --------------------------------------------------------------------------------------
+# Heatmaps: one shape, every setting.
+# --------------------------------------------------------------------------------------
+
+
+def heatmap(entry: dict) -> dict:
+    """One recorded heatmap as a grid: a row per tile, a column per (warps, stages)."""
+    rows = entry["rows"]
+    tile = lambda r: (r["BLOCK_M"], r["BLOCK_N"], r["BLOCK_K"], r.get("SPLIT_K", 1))  # noqa: E731
+    tiles = sorted({tile(r) for r in rows}, key=lambda t: (t[0] * t[1], t))
+    cols = sorted({(r["num_warps"], r["num_stages"]) for r in rows})
+    tflops = [[None] * len(cols) for _ in tiles]
+    errors = [[None] * len(cols) for _ in tiles]
+    for r in rows:
+        i, j = tiles.index(tile(r)), cols.index((r["num_warps"], r["num_stages"]))
+        if r.get("tflops") is not None and (tflops[i][j] or 0) < r["tflops"]:
+            tflops[i][j] = r["tflops"]
+        elif r.get("tflops") is None:
+            errors[i][j] = r.get("error", "no time recorded")
+    timed = [r for r in rows if r.get("tflops")]
+    best = max(timed, key=lambda r: r["tflops"]) if timed else None
+    return {"tiles": tiles, "cols": cols, "tflops": tflops, "errors": errors, "best": best,
+            "rows": rows}
+
+
+def tflops_of(entry: dict, config: dict) -> float | None:
+    """The recorded TFLOP/s of one setting on one heatmap shape (None: not in the sweep,
+    or it did not run)."""
+    want = _setting(config)
+    hits = [r["tflops"] for r in entry["rows"] if _setting(r) == want and r.get("tflops")]
+    return max(hits) if hits else None
+
+
+def _tile_label(t) -> str:
+    return f"{t[0]}x{t[1]}x{t[2]}" + (f" /{t[3]}" if t[3] > 1 else "")
+
+
+def draw_heatmap(ax, rec, entry: dict, column: tuple | None = None, source: bool = True):
+    """Every setting of one shape, coloured by its share of the fastest and labelled with
+    its TFLOP/s: the fastest boxed, lesson 04's setting starred, what does not fit crossed;
+    ``column`` (warps, stages) outlined. Returns the grid (:func:`heatmap`) and the image."""
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    h = heatmap(entry)
+    best = h["best"]
+    top = best["tflops"] if best else 1.0
+    share = np.array([[np.nan if v is None else v / top for v in row] for row in h["tflops"]])
+    im = ax.imshow(share, cmap="viridis", aspect="auto", vmin=0, vmax=1)
+    for i, row in enumerate(h["tflops"]):
+        for j, v in enumerate(row):
+            ax.text(j, i, "x" if v is None else f"{v:.0f}", ha="center", va="center",
+                    fontsize=7, color="0.4" if v is None else ("black" if v > 0.6 * top
+                                                                else "white"))
+    ax.set_xticks(range(len(h["cols"])))
+    ax.set_xticklabels([f"w{w}\ns{s}" for w, s in h["cols"]], fontsize=7)
+    ax.set_yticks(range(len(h["tiles"])))
+    ax.set_yticklabels([_tile_label(t) for t in h["tiles"]], fontsize=7)
+
+    def cell(c):
+        return (h["cols"].index((c["num_warps"], c["num_stages"])),
+                h["tiles"].index((c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c.get("SPLIT_K", 1))))
+
+    if best:
+        j, i = cell(best)
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="red", lw=2.2,
+                               label="the fastest"))
+    fixed = rec.results.get("fixed")
+    if fixed and tflops_of(entry, fixed):
+        j, i = cell(fixed)
+        ax.plot([j + 0.3], [i - 0.25], "*", color="white", mec="black", ms=8,
+                label="lesson 04's setting")
+    if column is not None and column in h["cols"]:
+        j = h["cols"].index(column)
+        ax.add_patch(Rectangle((j - 0.5, -0.5), 1, len(h["tiles"]), fill=False, ec="orange",
+                               lw=1.5, ls="--", label=f"w{column[0]} s{column[1]}"))
+    ax.plot([], [], "x", color="0.4", ls="none", label="does not fit")
+    finish(ax, title=f"{gpu_key(rec)}: {entry['label']}\n{entry['M']}x{entry['N']}x{entry['K']} "
+           f"{entry['dtype']}", xlabel="num_warps (w), num_stages (s)",
+           ylabel="tile BLOCK_M x BLOCK_N x BLOCK_K", source=rec.label, legend=False)
+    ax.grid(False)
+    if not source:                       # a grid of panels carries one source line
+        ax.texts[-1].remove()
+    return h, im
+
+
+def plot_heatmaps(recs, labels=None):
+    """One row of heatmaps per record (GPU), one column per recorded shape."""
+    recs = list(recs)
+    labels = labels or [e["label"] for e in recs[0].results["heatmaps"]]
+    fig, axes = new_figure((3.3 * len(labels) + 1, 3.9 * len(recs) + 0.9), nrows=len(recs),
+                           ncols=len(labels), squeeze=False)
+    im = None
+    for r, rec in enumerate(recs):
+        by_label = {e["label"]: e for e in rec.results["heatmaps"]}
+        for c, label in enumerate(labels):
+            ax = axes[r][c]
+            if label in by_label:
+                _, im = draw_heatmap(ax, rec, by_label[label], source=False)
+            else:
+                ax.set_axis_off()
+                ax.set_title(f"{gpu_key(rec)}: {label}\nnot recorded")
+            if c:
+                ax.set_ylabel("")
+    fig.suptitle("One kernel, every setting: TFLOP/s in each cell, colour = share of the "
+                 "shape's fastest (red box)")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower right", ncol=3, fontsize=8, frameon=False)
+    fig.text(0.01, 0.005, "source: " + "; ".join(r.label for r in recs), fontsize=7,
+             color="0.35")
+    fig.tight_layout(rect=(0, 0.04, 0.93, 1))
+    if im is not None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), label="share of the shape's fastest",
+                     shrink=0.7, pad=0.02)
+    return fig
+
+
+def winners(recs) -> list[dict]:
+    """Per GPU and shape: the fastest setting, and what other choices would have given, as
+    a fraction of it: lesson 04's setting, the first shape's winner, the other GPU's winner."""
+    out = []
+    for rec in recs:
+        entries = rec.results["heatmaps"]
+        first_best = heatmap(entries[0])["best"]
+        for e in entries:
+            best = heatmap(e)["best"]
+            if best is None:
+                continue
+            row = {"GPU": gpu_key(rec), "shape": e["label"], "fastest setting": describe(best),
+                   "TFLOP/s": best["tflops"]}
+            fixed = tflops_of(e, rec.results.get("fixed") or {})
+            row["lesson 04's setting"] = _share(fixed, best["tflops"])
+            row[f"{entries[0]['label']}'s winner"] = _share(tflops_of(e, first_best),
+                                                             best["tflops"])
+            for other in recs:
+                if other is not rec:
+                    theirs = {x["label"]: x for x in other.results["heatmaps"]}.get(e["label"])
+                    win = heatmap(theirs)["best"] if theirs else None
+                    row[f"{gpu_key(other)}'s winner"] = _share(
+                        tflops_of(e, win) if win else None, best["tflops"])
+            out.append(row)
+    return out
+
+
+def _share(value, best) -> str:
+    return "not run" if not value else f"{value / best:.0%}"
+
+
+# --------------------------------------------------------------------------------------
+# The shape sweep: tuned against torch.matmul and lesson 04's setting.
+# --------------------------------------------------------------------------------------
+
+
+def shape_rows(rec) -> list[dict]:
+    """One line per (shape, dtype) of the sweep, with the ratios and the chosen setting."""
+    return [{"shape": s["label"], "dtype": s["dtype"], "M x N x K": f"{s['M']}x{s['N']}x{s['K']}",
+             "torch TFLOP/s": s["torch_tflops"], "tuned TFLOP/s": s["tuned_tflops"],
+             "fixed TFLOP/s": s["torch_tflops"] * s["torch_ms"] / s["fixed_ms"],
+             "tuned/torch": s["tuned_vs_torch"], "tuned/fixed": s["tuned_vs_fixed"],
+             "chosen setting": describe(s["tuned_config"])} for s in rec.results["shapes"]]
+
+
+def geomeans(rec) -> dict:
+    """Geometric means of tuned/torch and tuned/fixed, per dtype and over the whole sweep."""
+    shapes = rec.results["shapes"]
+    groups = {d: [s for s in shapes if s["dtype"] == d] for d in sorted({s["dtype"] for s in shapes})}
+    groups["all"] = shapes
+    return {name: {"tuned/torch": geomean(s["tuned_vs_torch"] for s in rows),
+                   "tuned/fixed": geomean(s["tuned_vs_fixed"] for s in rows),
+                   "fixed/torch": geomean(s["tuned_vs_torch"] / s["tuned_vs_fixed"] for s in rows),
+                   "shapes": len(rows)} for name, rows in groups.items()}
+
+
+def targets(rec) -> list[dict]:
+    """The lesson's performance targets, each with the measured value, the goal, whether it
+    is met and (where one shape decides it) which shape."""
+    shapes, res = rec.results["shapes"], rec.results
+    g = geomeans(rec)["all"]
+    worst = min(shapes, key=lambda s: s["tuned_vs_torch"])
+    squares = [s for s in shapes if (s["M"], s["N"], s["K"]) == (8192, 8192, 8192)]
+    sq = min(squares, key=lambda s: s["tuned_vs_torch"]) if squares else None
+    t = res.get("tuning_time", {})
+    cached = t["cached_s"] / t["untuned_s"] if "cached_s" in t and "untuned_s" in t else math.nan
+    rows = [
+        ("tuned vs torch.matmul, geometric mean over the sweep", g["tuned/torch"], ">=",
+         GEOMEAN_VS_TORCH, "x", f"{g['shapes']} shapes x dtypes"),
+        ("tuned vs torch.matmul, worst shape", worst["tuned_vs_torch"], ">=", FLOOR_VS_TORCH, "x",
+         f"{worst['label']} {worst['dtype']}"),
+        ("tuned vs torch.matmul at 8192^3 (worse dtype)",
+         sq["tuned_vs_torch"] if sq else math.nan, ">=", SQUARE_8192_VS_TORCH, "x",
+         sq["dtype"] if sq else "8192^3 not in the sweep"),
+        ("tuned vs lesson 04's setting, geometric mean", g["tuned/fixed"], ">=",
+         GEOMEAN_VS_FIXED, "x", ""),
+        ("cached run over a run that never tunes", cached, "<=", CACHED_OVER_UNTUNED, "x",
+         f"{t.get('cached_s', math.nan):.2f} s vs {t.get('untuned_s', math.nan):.2f} s"),
+        ("cold tuning of the whole sweep (reported)", t.get("cold_s", math.nan), None, None, "s",
+         ""),
+    ]
+    out = []
+    for name, value, op, goal, unit, detail in rows:
+        met = None if goal is None else (
+            bool(value >= goal) if op == ">=" else bool(value <= goal)) if math.isfinite(value) \
+            else False
+        out.append({"target": name, "measured": value, "op": op, "goal": goal, "unit": unit,
+                    "met": met, "detail": detail})
+    return out
+
+
+def format_targets(rows: list[dict]) -> str:
+    lines = []
+    for t in rows:
+        goal = "" if t["goal"] is None else f"goal {t['op']} {t['goal']:g}{t['unit']}"
+        mark = {True: "met", False: "NOT met", None: ""}[t["met"]]
+        detail = f"  ({t['detail']})" if t["detail"] else ""
+        lines.append(f"{t['target']:<54} {t['measured']:7.3g}{t['unit']:<2} {goal:<14} "
+                     f"{mark:<7}{detail}")
+    return "\n".join(lines)
+
+
+def plot_sweep(rec, ax=None):
+    """Speed against ``torch.matmul`` per shape: lesson 04's single setting (open circle)
+    joined to the tuned kernel (filled), per dtype, with the lesson's goals."""
+    import numpy as np
+
+    if ax is None:
+        _, ax = new_figure((9, 6.5))
+    shapes = rec.results["shapes"]
+    labels = list(dict.fromkeys(s["label"] for s in shapes))
+    dts = sorted({s["dtype"] for s in shapes}, reverse=True)
+    for k, dt in enumerate(dts):
+        by = {s["label"]: s for s in shapes if s["dtype"] == dt}
+        y = np.arange(len(labels)) + (k - (len(dts) - 1) / 2) * 0.3
+        tuned = np.array([by[lb]["tuned_vs_torch"] if lb in by else np.nan for lb in labels])
+        fixed = np.array([by[lb]["tuned_vs_torch"] / by[lb]["tuned_vs_fixed"] if lb in by
+                          else np.nan for lb in labels])
+        ax.hlines(y, fixed, tuned, color=f"C{k}", lw=1, alpha=0.6)
+        ax.plot(fixed, y, "o", mfc="white", color=f"C{k}", ms=5,
+                label=f"lesson 04's setting, {dt}")
+        ax.plot(tuned, y, "o", color=f"C{k}", ms=6, label=f"tuned, {dt}")
+    ax.axvline(1.0, color="k", lw=1, label="torch.matmul")
+    ax.axvline(FLOOR_VS_TORCH, color="C3", lw=1, ls="--", label=f"goal: no shape below "
+               f"{FLOOR_VS_TORCH:g}x")
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    finish(ax, title=f"Speed against torch.matmul, shape by shape ({gpu_key(rec)})",
+           xlabel="torch time / our time (x, log scale; > 1: faster than torch)",
+           ylabel="shape", source=rec.label, legend=False)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    return ax
+
+
+# --------------------------------------------------------------------------------------
+# What tuning costs, and what the tuner cannot fix.
+# --------------------------------------------------------------------------------------
+
+LAUNCHERS = (("autotuned_us", "matmul_tuned(a, b)"), ("fixed_us", "matmul_tuned(a, b, config=...)"),
+             ("torch_us", "torch.matmul"), ("graph_replay_us", "CUDA graph replay"))
+
+
+def launch_rows(rec) -> list[dict]:
+    """Host microseconds per call at the tiny shape, next to the kernel's GPU time."""
+    lo = rec.results["launch_overhead"]
+    return [{"GPU": gpu_key(rec), "call": name, "host us per call": lo[key],
+             "x the GPU time": lo[key] / lo["gpu_us"]} for key, name in LAUNCHERS if key in lo]
+
+
+def plot_costs(recs):
+    """Left: seconds to run the sweep's first calls cold, cached, never tuned. Right: host
+    time per call at a tiny shape against the kernel's GPU time."""
+    import numpy as np
+
+    recs = list(recs)
+    fig, (left, right) = new_figure((13, 4.2), ncols=2)
+    w = 0.8 / len(recs)
+    for k, rec in enumerate(recs):
+        t = rec.results.get("tuning_time", {})
+        parts = [("cold (search + compile)", "cold_s"), ("cached (disk)", "cached_s"),
+                 ("never tunes", "untuned_s")]
+        left.bar(np.arange(3) + (k - (len(recs) - 1) / 2) * w, [t.get(key, np.nan) for _, key in parts],
+                 width=w, color=f"C{k}", label=gpu_key(rec))
+        rows = launch_rows(rec)
+        pos = np.arange(len(rows)) + (k - (len(recs) - 1) / 2) * w
+        right.barh(pos, [r["host us per call"] for r in rows], height=w, color=f"C{k}",
+                   label=f"host time, {gpu_key(rec)}")
+        right.axvline(rec.results["launch_overhead"]["gpu_us"], color=f"C{k}", ls="--", lw=1,
+                      label=f"the kernel's GPU time, {gpu_key(rec)}")
+    left.set_xticks(range(3))
+    left.set_xticklabels([p[0] for p in parts], fontsize=8)
+    left.set_yscale("log")
+    shape = "x".join(map(str, recs[0].results["launch_overhead"]["shape"]))
+    right.set_yticks(range(len(LAUNCHERS)))
+    right.set_yticklabels([name for _, name in LAUNCHERS], fontsize=8)
+    right.invert_yaxis()
+    source = "; ".join(r.label for r in recs)
+    finish(left, title="First calls of the whole sweep", xlabel="process",
+           ylabel="seconds (log scale)", source=source)
+    finish(right, title=f"One call at {shape}: host time", xlabel="microseconds per call",
+           ylabel="launcher", source=source)
+    fig.tight_layout()
+    return fig
+
+
+def split_k_rows(rec) -> list[dict]:
+    """The sweep's shapes where the tuner chose split-K, with programs with and without."""
+    out = []
+    for s in rec.results["shapes"]:
+        c = s["tuned_config"]
+        if c["SPLIT_K"] > 1:
+            tiles = math.ceil(s["M"] / c["BLOCK_M"]) * math.ceil(s["N"] / c["BLOCK_N"])
+            fixed = rec.results["fixed"]
+            out.append({"shape": s["label"], "dtype": s["dtype"], "chosen": describe(c),
+                        "programs": tiles * c["SPLIT_K"],
+                        "lesson 04's programs": math.ceil(s["M"] / fixed["BLOCK_M"])
+                        * math.ceil(s["N"] / fixed["BLOCK_N"]),
+                        "tuned/fixed": s["tuned_vs_fixed"], "tuned/torch": s["tuned_vs_torch"]})
+    return out
+
+
+def persistent_rows(tiling_rec) -> list[dict]:
+    """Lesson 04's persistent TMA kernel (v5) against the same tiles without it (v4), by
+    the number of output tiles per SM (from lesson 04's record)."""
+    sms = tiling_rec.provenance.get("sm_count") or 132
+    ladder = tiling_rec.results["ladder"]
+    out = []
+    for r in ladder:
+        if r["step"] != "v5":
+            continue
+        v4 = next((x for x in ladder if x["step"] == "v4" and x["n"] == r["n"]
+                   and x["dtype"] == r["dtype"]), None)
+        if v4 is None:
+            continue
+        c = r["config"]
+        tiles = math.ceil(r["n"] / c["BLOCK_M"]) * math.ceil(r["n"] / c["BLOCK_N"])
+        out.append({"n": r["n"], "dtype": r["dtype"], "v5 tile": f"{c['BLOCK_M']}x{c['BLOCK_N']}",
+                    "tiles": tiles, "tiles per SM": tiles / sms, "v5/v4": r["tflops"] / v4["tflops"]})
+    return out
+
+
+def prune_rows(M: int, N: int, K: int, dtype, space=mt.CONFIG_SPACE,
+               shared_memory: int = mt.H100_SHARED_MEMORY, sms: int = 132) -> list[dict]:
+    """Why each setting of ``space`` is kept or dropped for one shape (an H100's limits by
+    default): the same decisions as :func:`helpers.kernels.matmul_tuned.prune`."""
+    out = []
+    for c in space:
+        ok, why = mt.fits(c, dtype, shared_memory)
+        if ok:
+            ok, why = mt.useful(c, M, N, K, sms)
+        out.append({"setting": describe(c), "shared KiB": mt.shared_memory_bytes(c, dtype) / 1024,
+                    "acc regs": mt.accumulator_registers(c), "kept": "yes" if ok else "no",
+                    "why": why})
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The explorer: one heatmap, one column of it at a time.
+# --------------------------------------------------------------------------------------
+
+
+class HeatmapExplorer(Explorer):
+    """Pick a GPU, a shape and a (warps, stages) column of its heatmap; read the best tile
+    in that column against the best setting overall."""
+
+    figsize = (7.5, 5.2)
+
+    def __init__(self, recs, shape: str | None = None, column: tuple = (8, 4)):
+        import ipywidgets as w
+
+        self.recs = {gpu_key(r): r for r in recs}
+        first = next(iter(self.recs.values()))
+        labels = [e["label"] for e in first.results["heatmaps"]]
+        cols = heatmap(first.results["heatmaps"][0])["cols"]
+        gpu_w = w.Dropdown(options=list(self.recs), description="GPU")
+        shape_w = w.Dropdown(options=labels, value=shape or labels[0], description="shape")
+        warps_w = w.Dropdown(options=sorted({c[0] for c in cols}), value=column[0],
+                             description="num_warps")
+        stages_w = w.Dropdown(options=sorted({c[1] for c in cols}), value=column[1],
+                              description="num_stages")
+        super().__init__({"gpu": gpu_w, "shape": shape_w, "warps": warps_w, "stages": stages_w},
+                         [w.HBox([gpu_w, shape_w]), w.HBox([warps_w, stages_w])])
+
+    def on_change(self, name, change):
+        if name == "gpu":
+            labels = [e["label"] for e in self.recs[change["new"]].results["heatmaps"]]
+            shape = self.controls["shape"]
+            keep = shape.value if shape.value in labels else labels[0]
+            shape.options = labels
+            shape.value = keep
+
+    def draw(self, ax, gpu, shape, warps, stages) -> str:
+        rec = self.recs[gpu]
+        entry = next(e for e in rec.results["heatmaps"] if e["label"] == shape)
+        h, _ = draw_heatmap(ax, rec, entry, column=(warps, stages))
+        best = h["best"]
+        j = h["cols"].index((warps, stages)) if (warps, stages) in h["cols"] else None
+        column = [(v, t) for t, v in zip(h["tiles"], (row[j] for row in h["tflops"]))
+                  if v is not None] if j is not None else []
+        near = sum(1 for r in h["rows"] if r.get("tflops") and r["tflops"] >= 0.95 * best["tflops"])
+        lines = [f"best overall: {describe(best)}, {best['tflops']:.0f} TFLOP/s",
+                 f"settings within 5% of it: {near} of {len(h['rows'])}"]
+        if column:
+            v, t = max(column)
+            lines.append(f"best in w{warps} s{stages}: {_tile_label(t)}, {v:.0f} TFLOP/s "
+                         f"({v / best['tflops']:.0%} of the best)")
+        else:
+            lines.append(f"nothing ran with w{warps} s{stages}")
+        fixed = tflops_of(entry, rec.results.get("fixed") or {})
+        if fixed:
+            lines.append(f"lesson 04's setting: {fixed / best['tflops']:.0%} of the best")
+        return "\n".join(lines)
+
+    def axes(self):
+        # The heatmap above, the readout in a strip of its own below (not over the cells).
+        fig, (ax, self._text_ax) = new_figure(self.figsize, nrows=2,
+                                              gridspec_kw={"height_ratios": [5, 1]})
+        return fig, ax
+
+    def decorate(self, fig) -> None:
+        self._text_ax.set_axis_off()
+        readout_box(self._text_ax, self.readout)
+
+
+__all__ = ["load_all", "describe", "heatmap", "draw_heatmap", "plot_heatmaps", "winners",
+           "shape_rows", "geomeans", "targets", "format_targets", "plot_sweep", "launch_rows",
+           "plot_costs", "split_k_rows", "persistent_rows", "prune_rows", "HeatmapExplorer",
+           "format_rows", "tflops_of"]

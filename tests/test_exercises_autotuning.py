@@ -1,0 +1,75 @@
+"""The exercise checks of lesson 07 (autotuning): shared memory and registers of a setting,
+the tunings a bucketed key needs, the programs of a split-K launch, and the predictions
+read from a record. Right answers pass; each classic slip is named; unanswered exercises
+say so.
+
+The expected values are written out here from the formulas, so a change to the kernel
+module's arithmetic that breaks them fails this test."""
+
+import torch
+
+from helpers.exercises import autotuning as ex
+from helpers.kernels import matmul_tuned as mt
+from support import assert_unanswered
+from test_autotuning import _fixture
+
+BIG = mt._config(128, 256, 64, 1, 8, 3)
+SPLIT = mt._config(64, 64, 128, 8, 4, 4)
+
+
+def test_shared_memory():
+    # 3 stages x (128 x 64 of A + 64 x 256 of B) x 2 bytes = 147,456 bytes.
+    assert ex.check_shared_memory(147_456, BIG)
+    assert ex.check_shared_memory(294_912, BIG, torch.float32)
+    assert "one stage" in ex.check_shared_memory(49_152, BIG).message
+    assert "4 bytes an element" in ex.check_shared_memory(294_912, BIG).message
+    assert "2 bytes an element" in ex.check_shared_memory(147_456, BIG, torch.float32).message
+    assert "elements, not bytes" in ex.check_shared_memory(73_728, BIG).message
+    assert "B tile alone" in ex.check_shared_memory(3 * 64 * 256 * 2, BIG).message
+    assert "output tile" in ex.check_shared_memory(3 * 128 * 256 * 2, BIG).message
+    assert not ex.check_shared_memory(150_000, BIG)
+    assert_unanswered(ex.check_shared_memory(None, BIG))
+
+
+def test_registers():
+    # 128 x 256 fp32 values over 8 warps of 32 threads: 128 a thread.
+    assert ex.check_registers(128, BIG)
+    assert "warps, not threads" in ex.check_registers(4096, BIG).message
+    assert "whole tile" in ex.check_registers(128 * 256, BIG).message
+    assert "num_warps" in ex.check_registers(1024, BIG).message
+    assert_unanswered(ex.check_registers(..., BIG))
+
+
+def test_buckets():
+    # M from 1 to 300 with N = K = 4096: buckets 16 (1-16), 32, 64, 128, 256, 512.
+    shapes = [(m, 4096, 4096) for m in range(1, 301)]
+    assert ex.buckets(shapes) == 6 and ex.check_buckets(6, shapes)
+    assert "counted every shape" in ex.check_buckets(300, shapes).message
+    assert "floor" in ex.check_buckets(10, shapes).message          # 1, 2, 4, 8 and 16 apart
+    pow2 = [(1024, 1024, 1024), (1000, 1000, 1000), (1010, 1010, 1010), (2048, 2048, 2048)]
+    assert ex.check_buckets(2, pow2)
+    assert "bit_length" in ex.check_buckets(3, pow2).message
+    assert_unanswered(ex.check_buckets(None, shapes))
+
+
+def test_split_k_programs():
+    # 256 x 256 in 64 x 64 tiles: 16 tiles, 8 slices of K each.
+    assert ex.check_split_k_programs(128, 256, 256, SPLIT)
+    assert "output tiles" in ex.check_split_k_programs(16, 256, 256, SPLIT).message
+    assert "rounded the tiles down" in ex.check_split_k_programs(72, 250, 250, SPLIT).message
+    assert ex.check_split_k_programs(128, 250, 250, SPLIT)
+    assert_unanswered(ex.check_split_k_programs(None, 256, 256, SPLIT))
+
+
+def test_predictions_from_a_record():
+    rec = _fixture()
+    assert ex.check_same_winner("no", rec, "square", "skinny")
+    assert not ex.check_same_winner("yes", rec, "square", "skinny")
+    assert "128x256x64 w8 s4" in ex.check_same_winner("yes", rec, "square", "skinny").message
+    assert ex.check_same_winner("yes", rec, "square", "square")
+    assert ex.check_launch_bound("host", rec) and not ex.check_launch_bound("gpu", rec)
+    assert ex.check_launch_bound("host-bound", rec)
+    assert ex.check_split_k_chosen("yes", rec, "long K 256")
+    assert ex.check_split_k_chosen("no", rec, "square 8192")
+    assert_unanswered(ex.check_launch_bound(None, rec))
+    assert not ex.check_same_winner("maybe", rec, "square", "skinny")
