@@ -246,6 +246,22 @@ def test_record_tuned_settings_fit_and_come_from_the_space(rec):
         assert mt.fits(c, dtype)[0], (s["label"], c, mt.fits(c, dtype)[1])
 
 
+def test_record_tuner_is_not_beaten_by_lesson_04s_setting(rec):
+    # Lesson 04's setting is one of the tuner's own candidates wherever the pruning keeps
+    # it: a tuner that then picks something slower has timed the wrong thing. 10 % is left
+    # for the noise between the tuner's timing and the sweep's.
+    space = [{k: c[k] for k in mt.KEYS} for c in rec.results["space"]]
+    fixed = {k: rec.results["fixed"][k] for k in mt.KEYS}
+    beaten = []
+    for s in rec.results["shapes"]:
+        kept = mt.useful(fixed, s["M"], s["N"], s["K"])[0] and fixed in space
+        if kept and s["tuned_vs_fixed"] < 0.9:
+            beaten.append(f"{s['label']} {s['dtype']}: tuned/fixed {s['tuned_vs_fixed']:.2f}x, "
+                          f"chose {plots.describe(s['tuned_config'])}")
+    assert not beaten, (f"on {rec.gpu} the tuner chose a setting slower than lesson 04's, which "
+                        "it also timed: " + "; ".join(beaten))
+
+
 def _assert_met(rec, name):
     t = next(t for t in plots.targets(rec) if t["target"] == name)
     assert t["met"], (f"TARGET MISSED on {rec.gpu}: {t['target']} is "

@@ -477,13 +477,15 @@ class HeatmapExplorer(Explorer):
 
     def axes(self):
         # The heatmap above, the readout in a strip of its own below (not over the cells).
-        fig, (ax, self._text_ax) = new_figure(self.figsize, nrows=2,
-                                              gridspec_kw={"height_ratios": [5, 1]})
-        return fig, ax
+        fig, (self._heat_ax, self._text_ax) = new_figure(
+            self.figsize, nrows=2, gridspec_kw={"height_ratios": [5, 1]})
+        return fig, self._heat_ax
 
     def decorate(self, fig) -> None:
         self._text_ax.set_axis_off()
         readout_box(self._text_ax, self.readout)
+        self._text_ax.legend(*self._heat_ax.get_legend_handles_labels(), loc="upper right",
+                             fontsize=7, frameon=False)
 
 
 __all__ = ["load_all", "describe", "heatmap", "draw_heatmap", "plot_heatmaps", "winners",
