@@ -112,6 +112,7 @@ def test_two_gpus_are_drawn_side_by_side_and_compared():
     matplotlib.pyplot.close(fig)
     rows = plots.winners([h100, h200])
     assert all(r["H200's winner"] == "100%" for r in rows if r["GPU"] == "H100-SXM")
+    assert "H100-SXM's winner" in plots.format_rows(rows).splitlines()[0]
 
 
 def test_sweep_table_geomeans_and_figures_name_their_source():
@@ -174,6 +175,7 @@ def test_persistent_table_from_lesson_04s_record():
 def test_heatmap_explorer_follows_its_controls_and_redraws_once():
     import base64
 
+    assert plots.HeatmapExplorer([_fixture()], column=(2, 9)).values["warps"] == 4
     e = plots.HeatmapExplorer([_fixture(), _fixture("H200", scale=1.5)], column=(8, 4))
     assert "128x256x64 w8 s4" in e.readout and "100% of the best" in e.readout
     assert base64.b64decode(e._repr_mimebundle_()["image/png"])[:4] == b"\x89PNG"

@@ -39,8 +39,10 @@ def check_shared_memory(answer, config: dict, dtype=torch.float16) -> Feedback:
                  "A and B tiles in flight"),
                 (expected * 8, "you counted bits, not bytes"),
                 (expected / s, "you counted elements, not bytes"),
-                (stages * bm * bk * s, "you counted the A tile alone: each stage holds a B tile too"),
-                (stages * bk * bn * s, "you counted the B tile alone: each stage holds an A tile too"),
+                (stages * bm * bk * s, "you counted the A tile alone: each stage holds a B "
+                 "tile too"),
+                (stages * bk * bn * s, "you counted the B tile alone: each stage holds an A "
+                 "tile too"),
                 (stages * bm * bn * s, "you counted the output tile: C stays in registers; "
                  "the stages hold BLOCK_M x BLOCK_K of A and BLOCK_K x BLOCK_N of B")]
     for other in (2, 4):

@@ -24,7 +24,7 @@ from .. import records
 from ..kernels import matmul_tuned as mt
 from . import finish
 from .explorer import Explorer, new_figure, readout_box
-from .fusion import format_rows, geomean
+from .fusion import format_rows, geomean  # noqa: F401  (format_rows: the lesson's tables)
 
 TOPIC = "autotuning"
 
@@ -182,7 +182,8 @@ def plot_heatmaps(recs, labels=None):
 
 def winners(recs) -> list[dict]:
     """Per GPU and shape: the fastest setting, and what other choices would have given, as
-    a fraction of it: lesson 04's setting, the first shape's winner, the other GPU's winner."""
+    a share of it: lesson 04's setting, the first shape's winner and, when several GPUs
+    were recorded, each GPU's winner (its own: 100 %)."""
     out = []
     for rec in recs:
         entries = rec.results["heatmaps"]
@@ -197,12 +198,11 @@ def winners(recs) -> list[dict]:
             row["lesson 04's setting"] = _share(fixed, best["tflops"])
             row[f"{entries[0]['label']}'s winner"] = _share(tflops_of(e, first_best),
                                                              best["tflops"])
-            for other in recs:
-                if other is not rec:
-                    theirs = {x["label"]: x for x in other.results["heatmaps"]}.get(e["label"])
-                    win = heatmap(theirs)["best"] if theirs else None
-                    row[f"{gpu_key(other)}'s winner"] = _share(
-                        tflops_of(e, win) if win else None, best["tflops"])
+            for other in recs if len(recs) > 1 else ():   # every row: the same columns
+                theirs = {x["label"]: x for x in other.results["heatmaps"]}.get(e["label"])
+                win = heatmap(theirs)["best"] if theirs else None
+                row[f"{gpu_key(other)}'s winner"] = _share(
+                    tflops_of(e, win) if win else None, best["tflops"])
             out.append(row)
     return out
 
@@ -228,7 +228,8 @@ def shape_rows(rec) -> list[dict]:
 def geomeans(rec) -> dict:
     """Geometric means of tuned/torch and tuned/fixed, per dtype and over the whole sweep."""
     shapes = rec.results["shapes"]
-    groups = {d: [s for s in shapes if s["dtype"] == d] for d in sorted({s["dtype"] for s in shapes})}
+    groups = {d: [s for s in shapes if s["dtype"] == d]
+              for d in sorted({s["dtype"] for s in shapes})}
     groups["all"] = shapes
     return {name: {"tuned/torch": geomean(s["tuned_vs_torch"] for s in rows),
                    "tuned/fixed": geomean(s["tuned_vs_fixed"] for s in rows),
@@ -343,8 +344,9 @@ def plot_costs(recs):
         t = rec.results.get("tuning_time", {})
         parts = [("cold (search + compile)", "cold_s"), ("cached (disk)", "cached_s"),
                  ("never tunes", "untuned_s")]
-        left.bar(np.arange(3) + (k - (len(recs) - 1) / 2) * w, [t.get(key, np.nan) for _, key in parts],
-                 width=w, color=f"C{k}", label=gpu_key(rec))
+        left.bar(np.arange(3) + (k - (len(recs) - 1) / 2) * w,
+                 [t.get(key, np.nan) for _, key in parts], width=w, color=f"C{k}",
+                 label=gpu_key(rec))
         rows = launch_rows(rec)
         pos = np.arange(len(rows)) + (k - (len(recs) - 1) / 2) * w
         right.barh(pos, [r["host us per call"] for r in rows], height=w, color=f"C{k}",
@@ -399,7 +401,8 @@ def persistent_rows(tiling_rec) -> list[dict]:
         c = r["config"]
         tiles = math.ceil(r["n"] / c["BLOCK_M"]) * math.ceil(r["n"] / c["BLOCK_N"])
         out.append({"n": r["n"], "dtype": r["dtype"], "v5 tile": f"{c['BLOCK_M']}x{c['BLOCK_N']}",
-                    "tiles": tiles, "tiles per SM": tiles / sms, "v5/v4": r["tflops"] / v4["tflops"]})
+                    "tiles": tiles, "tiles per SM": tiles / sms,
+                    "v5/v4": r["tflops"] / v4["tflops"]})
     return out
 
 
@@ -438,10 +441,11 @@ class HeatmapExplorer(Explorer):
         cols = heatmap(first.results["heatmaps"][0])["cols"]
         gpu_w = w.Dropdown(options=list(self.recs), description="GPU")
         shape_w = w.Dropdown(options=labels, value=shape or labels[0], description="shape")
-        warps_w = w.Dropdown(options=sorted({c[0] for c in cols}), value=column[0],
+        warps, stages = sorted({c[0] for c in cols}), sorted({c[1] for c in cols})
+        warps_w = w.Dropdown(options=warps, value=column[0] if column[0] in warps else warps[0],
                              description="num_warps")
-        stages_w = w.Dropdown(options=sorted({c[1] for c in cols}), value=column[1],
-                              description="num_stages")
+        stages_w = w.Dropdown(options=stages, value=column[1] if column[1] in stages
+                              else stages[0], description="num_stages")
         super().__init__({"gpu": gpu_w, "shape": shape_w, "warps": warps_w, "stages": stages_w},
                          [w.HBox([gpu_w, shape_w]), w.HBox([warps_w, stages_w])])
 
@@ -487,8 +491,3 @@ class HeatmapExplorer(Explorer):
         self._text_ax.legend(*self._heat_ax.get_legend_handles_labels(), loc="upper right",
                              fontsize=7, frameon=False)
 
-
-__all__ = ["load_all", "describe", "heatmap", "draw_heatmap", "plot_heatmaps", "winners",
-           "shape_rows", "geomeans", "targets", "format_targets", "plot_sweep", "launch_rows",
-           "plot_costs", "split_k_rows", "persistent_rows", "prune_rows", "HeatmapExplorer",
-           "format_rows", "tflops_of"]
