@@ -22,6 +22,7 @@ Timings are medians of :func:`helpers.bench.time_ms` (cold L2) in this one proce
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -140,6 +141,21 @@ def _child_seconds(mode: str) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
+def _tuning_time(cold_s: float, repeats: int = 5) -> dict:
+    """Cold (this process), then fresh processes in turn, tuned and untuned: the median
+    of ``repeats`` each (one fresh process takes about a second, and varies by 20 %)."""
+    cached, untuned = [], []
+    for _ in range(repeats):
+        cached.append(_child_seconds("tuned"))
+        untuned.append(_child_seconds("fixed"))
+    return {"cold_s": cold_s, "cached_s": statistics.median(cached),
+            "untuned_s": statistics.median(untuned), "cached_runs_s": cached,
+            "untuned_runs_s": untuned,
+            "note": "cold: first calls in this process (search and compile); cached and "
+                    "untuned: medians over fresh processes on the same cache, in turn, "
+                    "imports excluded"}
+
+
 def launch_overhead(calls: int = 2000) -> dict:
     M, N, K = OVERHEAD_SHAPE
     a, b = _inputs(M, N, K, torch.float16)
@@ -182,11 +198,7 @@ def autotuning() -> dict:
     shape_rows, tuning_s = shapes()
     return {
         "shapes": shape_rows,
-        "tuning_time": _guarded(lambda: {
-            "cold_s": tuning_s, "cached_s": _child_seconds("tuned"),
-            "untuned_s": _child_seconds("fixed"),
-            "note": "cold: first calls in this process (search and compile); cached and "
-                    "untuned: fresh processes on the same cache, imports excluded"}),
+        "tuning_time": _guarded(lambda: _tuning_time(tuning_s)),
         "heatmaps": _guarded(heatmaps),
         "launch_overhead": _guarded(launch_overhead),
         "space": list(mt.CONFIG_SPACE),
