@@ -19,6 +19,12 @@ same indentation::
 so the answers printed by the solution's checks do not travel either. The notebook's
 metadata records which assignment it is (the grader reads it) and where it came from.
 
+The first cell of the student copy (its title and introduction) ends with a note
+(:func:`run_all_note`), just above the first code cell: *Run All* stops at the first stub,
+which is expected, and each part can be checked as soon as it is written, with the
+``check_*`` call that ends it (listed part by part, read from the notebook). The note joins
+that cell rather than making one, so the copy keeps the solution's cell numbers.
+
 ``--check`` writes nothing: it lists the assignments that are missing or out of date
 and exits 1 if there are any (the test suite runs it).
 """
@@ -26,6 +32,7 @@ and exits 1 if there are any (the test suite runs it).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -35,6 +42,10 @@ ASSIGNMENTS = REPO / "assignments"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 MARKDOWN_STUB = ("YOUR ANSWER HERE",)
+NOTE_MARK = "> **Run All stops at the first part you have not written yet.**"
+NOTE_ID = "run-all-note"     # the note's own cell, where the notebook has no Markdown first
+PART_HEADING = re.compile(r"^##\s+(Part\b.*)$", re.MULTILINE)
+CHECK_CALL = re.compile(r"^\s*(check_\w+)\(\)\s*$")
 
 
 class MarkerError(ValueError):
@@ -66,6 +77,57 @@ def strip_solutions(source: str, stub=CODE_STUB, where: str = "") -> tuple[str, 
     return text, regions
 
 
+def part_checks(nb) -> list[tuple[str, list[str]]]:
+    """``[(part heading, [its check calls])]``: each ``## Part ...`` heading of the notebook
+    with the ``check_*()`` cells that follow it, before the next part."""
+    parts: list[tuple[str, list[str]]] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            heading = PART_HEADING.search(cell.source)
+            if heading:
+                parts.append((heading.group(1).strip(), []))
+        elif cell.cell_type == "code" and parts:
+            call = CHECK_CALL.match(cell.source)
+            if call:
+                parts[-1][1].append(f"{call.group(1)}()")
+    return [(title, calls) for title, calls in parts if calls]
+
+
+def run_all_note(nb) -> str:
+    """The note at the top of a student copy: Run All stops at the first stub; how to
+    check each part as it is done."""
+    import textwrap
+
+    def quoted(text: str) -> list[str]:
+        return ["> " + line for line in textwrap.wrap(text, 88, break_on_hyphens=False)]
+
+    lines = quoted(
+        f"{NOTE_MARK[2:]} Every answer you still owe is a stub, `raise NotImplementedError()`, "
+        "and *Run All* halts at the first cell that raises it: the cells below it do not run. "
+        "That is expected while you work.")
+    lines += [">"] + quoted(
+        "**Check each part as soon as it is written.** Run the cells from the top down to that "
+        "part's check cell, one at a time (Shift+Enter), skipping the answer cells of parts "
+        "you have not written yet; each check judges its own part only. Once the parts above "
+        "it are all written, *Run → Run All Above Selected Cell* from the check cell does it "
+        "in one go.")
+    parts = part_checks(nb)
+    if parts:
+        lines += [">", "> | part | its check |", "> |---|---|"]
+        lines += [f"> | {title} | {', '.join(f'`{c}`' for c in calls)} |"
+                  for title, calls in parts]
+    if any(cell.cell_type == "code" and "helpers.guarded()" in cell.source
+           for cell in nb.cells):
+        lines += [">"] + quoted(
+            "The *try it* cells run your kernel inside `with helpers.guarded():`. In CPU mode "
+            "a load or store outside a tensor is then stopped and reported (which kernel, which "
+            "tensor, which indices) instead of crashing the notebook's kernel process; on a GPU "
+            "your kernel runs as it is, unwatched, and the `check_*` call is what watches it.")
+    lines += [">"] + quoted("Before you hand in, *Kernel → Restart Kernel and Run All Cells* "
+                            "must run to the end without an error.")
+    return "\n".join(lines)
+
+
 def student_copy(nb, solution_path: Path):
     """The assignment notebook for one solution notebook (a new object)."""
     import copy
@@ -88,6 +150,13 @@ def student_copy(nb, solution_path: Path):
     if not regions:
         raise MarkerError(f"{solution_path.name} has no {BEGIN} ... {END} region: nothing "
                           "for the learner to do")
+    note = run_all_note(nb)
+    if nb.cells and nb.cells[0].cell_type == "markdown":
+        nb.cells[0].source = nb.cells[0].source.rstrip() + "\n\n" + note
+    else:
+        cell = nbformat_v4().new_markdown_cell(note)
+        cell.id = NOTE_ID
+        nb.cells.insert(0, cell)
     nb.metadata.pop("widgets", None)
     course = dict(nb.metadata.get("course", {}))
     course.update({"assignment": solution_path.stem,
@@ -95,6 +164,12 @@ def student_copy(nb, solution_path: Path):
                    "note": "generated by ./course build-assignments; edit the solution instead"})
     nb.metadata["course"] = course
     return nb
+
+
+def nbformat_v4():
+    import nbformat
+
+    return nbformat.v4
 
 
 def render(solution_path: Path) -> str:
