@@ -16,12 +16,16 @@ For each notebook:
 4. Grade the parts (:mod:`.parts`): collect raw results in that kernel, on inputs made
    from a seed drawn after the cells ran, and judge them here, where the notebook cannot
    reach, each collection under its own time limit.
-5. Report: a table of parts, points and messages; JSON in <out>/<assignment>/, and that
-   folder's CSV gradebook rebuilt from all its reports. Folders are graded in parallel,
-   one kernel process per core.
+5. Hidden checks (:mod:`.extra`, ``--extra-checks FILE``): an instructor's parts kept
+   outside the course, graded after the assignment's own in the same kernel.
+6. Report: a table of parts, points and messages; JSON and the learner's Markdown feedback
+   in <out>/<assignment>/, and that folder's CSV gradebook rebuilt from all its reports.
+   Folders are graded in parallel, one kernel process per core. ``--classroom``
+   (:mod:`.classroom`) also reports the points as GitHub Classroom's autograding reads them.
 
     ./course grade submissions/alice/03_vector_add_intensity.ipynb
-    ./course grade submissions/ --out ~/grades
+    ./course grade submissions/ --out ~/grades --extra-checks ~/hidden/hidden_03.py
+    ./course grade --classroom assignments/03_vector_add_intensity.ipynb
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import parts, registry, sandbox
+from . import classroom, extra, parts, registry, sandbox
 from .report import (ERROR, NEEDS_GPU, CellResult, PartResult, Report, read_json,
                      write_gradebook)
 
@@ -139,8 +143,12 @@ class _Run:
 
 
 def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limits(),
-                   mode: str | None = None, student: str | None = None) -> Report:
-    """Grade one submitted notebook; never raises for anything the submission does."""
+                   mode: str | None = None, student: str | None = None,
+                   checks: tuple[extra.Checks, ...] = ()) -> Report:
+    """Grade one submitted notebook; never raises for anything the submission does.
+
+    ``checks``: hidden checks (:func:`extra.load`); those that extend this notebook's
+    assignment add their parts after its own."""
     import nbformat
 
     from .. import runtime
@@ -168,10 +176,12 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
         return report
     report.assignment = name
     spec = registry.get(name)
+    hidden = [c for c in checks if c.extends == name]
     if nb is None:
         report.parts = [PartResult(p.key, p.title, 0, p.points,
                                    NEEDS_GPU if p.gpu and mode == "cpu" else ERROR,
-                                   report.error) for p in spec.parts]
+                                   report.error)
+                        for p in spec.parts + tuple(p for c in hidden for p in c.parts)]
         return report
 
     cells, number = [], 0
@@ -221,6 +231,9 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
 
         report.parts, report.notes = parts.grade_parts(spec, run, cells, cell_results, tmp,
                                                         mode, limits)
+        for c in hidden:
+            report.parts += extra.grade_parts(c, spec, run, cells, cell_results, tmp, mode,
+                                              limits, report.parts)
     except Exception as err:  # noqa: BLE001 - the grader's own failure, reported
         report.error = f"grading failed: {type(err).__name__}: {err}"
     finally:
@@ -289,23 +302,23 @@ def _walk(folder: Path):
 
 
 def _grade_one(args) -> Report:
-    path, student, assignment, limits, mode = args
+    path, student, assignment, limits, mode, checks = args
     try:
         return grade_notebook(path, assignment=assignment, limits=limits, mode=mode,
-                              student=student)
+                              student=student, checks=checks)
     except Exception as err:  # noqa: BLE001 - one bad notebook never stops the others
         return Report(str(path), student, assignment or "?", mode,
                       error=f"grading failed: {type(err).__name__}: {err}")
 
 
 def grade_many(notebooks, *, assignment=None, limits: Limits = Limits(), mode=None,
-               jobs: int | None = None, on_result=None) -> list[Report]:
+               jobs: int | None = None, on_result=None, checks=()) -> list[Report]:
     """Grade ``(path, student)`` pairs, ``jobs`` at a time (default: one per core)."""
     from .. import runtime
 
     mode = mode or runtime.MODE
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(notebooks) or 1))
-    work = [(p, s, assignment, limits, mode) for p, s in notebooks]
+    work = [(p, s, assignment, limits, mode, tuple(checks)) for p, s in notebooks]
     if jobs == 1:
         reports = []
         for w in work:
@@ -350,7 +363,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run kernels without isolation (not for real submissions: a "
                              "notebook could then read or change anything this user can)")
+    parser.add_argument("--extra-checks", action="append", default=[], metavar="FILE",
+                        help="hidden checks kept outside the course: a module naming the "
+                             "assignment it EXTENDS and its PARTS (repeatable)")
+    parser.add_argument("--classroom", action="store_true",
+                        help="for GitHub Classroom's autograding: print 'Points X/Y', write "
+                             "the step's result output ($GITHUB_OUTPUT), exit 1 below full "
+                             "marks")
     args = parser.parse_args(argv)
+    try:
+        checks = tuple(extra.load(path) for path in args.extra_checks)
+    except extra.ChecksError as err:
+        print(f"course grade: {err}", file=sys.stderr)
+        return 2
 
     from .. import runtime
 
@@ -386,20 +411,25 @@ def main(argv: list[str] | None = None) -> int:
         path = _report_path(args.out, report, written)
         written[path] = Path(report.notebook)
         report.write_json(path)
+        report.write_markdown(path.with_suffix(".md"))
         if single:
             print(report.to_text())
         else:
             print(report.summary_line(), flush=True)
-        print(f"  report: {path}", flush=True)
+        print(f"  report: {path} (feedback: {path.with_suffix('.md').name})", flush=True)
 
     reports = grade_many(notebooks, assignment=args.assignment, limits=limits, jobs=jobs,
-                         on_result=show)
+                         on_result=show, checks=checks)
     # Each gradebook holds every report in its folder: earlier runs' too (a late submission
     # graded alone joins the class; a re-graded one replaces its old row).
     for folder in sorted({path.parent for path in written}):
         book = write_gradebook([read_json(p) for p in sorted(folder.glob("*.json"))],
                                folder / "gradebook.csv")
         print(f"Gradebook: {book}")
+    if args.classroom:
+        print(classroom.points_line(reports), flush=True)
+        classroom.write_output(reports)
+        return classroom.exit_code(reports)
     failed = [r for r in reports if r.error.startswith("grading failed")]
     return 1 if failed else 0
 

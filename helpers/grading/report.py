@@ -1,4 +1,5 @@
-"""What the grader says about a submission: a table for people, JSON and CSV for files.
+"""What the grader says about a submission: a table for people, JSON and CSV for files,
+and a Markdown page of feedback for the learner (beside each JSON report).
 
 A :class:`Report` holds one row per graded part (points, status, message) and one per
 code cell that did not finish cleanly. Points count only parts that could be graded
@@ -162,9 +163,52 @@ class Report:
 
     __str__ = to_text
 
+    def to_markdown(self) -> str:
+        """The learner's feedback as Markdown: the score, a table of the parts, what each
+        part said, and the cells that did not finish. The instructor's notes (copy and
+        tampering flags, isolation) stay out of it: they are in the JSON and the gradebook."""
+        title = f"# {_md(self.assignment)}: feedback for {_md(self.student)}"
+        if self.error:
+            return (f"{title}\n\nThis notebook could not be graded: {_md(self.error)}.\n\n"
+                    "Ask your instructor; no points could be given.\n")
+        pending = (f" {_n(self.pending_gpu_points)} more points are graded on a GPU."
+                   if self.pending_gpu_points else "")
+        lines = [title, "", f"**{_n(self.score)} / {_n(self.max_score)} points** "
+                 f"({self.percent:.0f}%), graded in {self.mode.upper()} mode.{pending}", "",
+                 "| part | what | points | result |", "|---|---|---:|---|"]
+        for p in self.parts:
+            pts = f"{_n(p.points)} / {_n(p.max_points)}" if p.counted else "-"
+            lines.append(f"| {_md(p.key)} | {_md(p.title)} | {pts} | {_md(p.status)} |")
+        lines += [f"| **total** | | **{_n(self.score)} / {_n(self.max_score)}** | |", "",
+                  "## What each part says", ""]
+        for p in self.parts:
+            mark = "✅" if p.status == PASSED else "⏳" if not p.counted else "❌"
+            said = _md(p.message) or "no message"
+            status = "" if said.startswith(p.status) else f" ({_md(p.status)})"
+            lines.append(f"- {mark} **{_md(p.key)} {_md(p.title)}**{status}: {said}")
+        if self.cells:
+            lines += ["", "## Cells that did not finish", ""]
+            lines += [f"- {_md(c.describe())}" for c in self.cells]
+        return "\n".join(lines) + "\n"
+
+    def write_markdown(self, path: Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_markdown())
+        return path
+
 
 def _n(x: float) -> str:
     return f"{x:g}"
+
+
+def _md(text) -> str:
+    """``text`` safe inside a Markdown table cell or list item: one line, no HTML, no cell
+    breaks (messages quote the learner's code and errors)."""
+    text = " ".join(str(text).split())
+    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|")):
+        text = text.replace(a, b)
+    return text
 
 
 def read_json(path: Path) -> Report:

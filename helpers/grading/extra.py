@@ -1,0 +1,252 @@
+"""Hidden checks: graded parts an instructor keeps outside the course, added at grading time.
+
+    ./course grade submissions/ --extra-checks ~/hidden/hidden_03.py
+
+A checks module is a Python file, kept anywhere but in the course (and not in a folder a
+sandboxed kernel sees: ``/usr``, ``/etc``, ``/opt`` or the Python environment). It names
+the assignment it extends and its parts, written exactly as an assignment module writes
+its own (:class:`~helpers.grading.registry.Part`: key, title, points, judge, the names it
+reads, and for a graded function a ``collect`` run in the learner's process)::
+
+    from helpers.feedback import Feedback
+    from helpers.grading.registry import Part, answer
+
+    EXTENDS = "03_vector_add_intensity"
+
+    def _collect(ns, seed):              # in the submission's kernel, after its cells ran
+        ...                              # run answer(ns, "vector_add") on inputs from seed
+        return {"out": ...}
+
+    def _judge(raw):                     # here, in the grader's process
+        return Feedback("H1 odd sizes", ok, "what is wrong, never the expected value")
+
+    PARTS = (Part("H1", "odd sizes", 2, _judge, ("vector_add",), collect=_collect,
+                  group="hidden"),)
+
+Its parts are graded after the assignment's own, in the same kernel, and reported like them:
+points, status and message in the table, the JSON report, the learner's Markdown feedback and
+a gradebook column each. Their keys must differ from the assignment's. A part may wait for
+a group of the assignment (``after="kernel"``), be graded only on a GPU (``gpu=True``) or
+share a group's collection with another hidden part; a graded kernel is held to the same rule
+as the built-in ones (it must launch a kernel of the notebook's own).
+
+Where it runs: the module is imported here, in the grader's process, where its judges run.
+For collection its *source* is sent to the submission's kernel only after the notebook's
+cells have run, and executed there in memory: it is never written into the sandbox, so no
+cell can read it. (The learner's functions run while it collects and could see it in memory,
+but a sandboxed kernel has no way out: no network, and its scratch folder is deleted.)
+Without the sandbox (``--no-sandbox``) a notebook can read any file this user can, hidden
+checks included.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import parts, registry, static
+from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
+                     UNCHECKED, PartResult)
+
+
+class ChecksError(ValueError):
+    """A checks module that cannot be used; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Checks:
+    path: str                    # where the instructor keeps it (for messages)
+    source: str
+    extends: str                 # the assignment's name
+    parts: tuple[registry.Part, ...]
+
+    def merged(self, spec: registry.Assignment) -> registry.Assignment:
+        """The assignment with these parts after its own."""
+        return registry.Assignment(spec.name, spec.title, spec.parts + self.parts)
+
+
+def from_source(source: str, filename: str) -> Checks:
+    """A checks module from its source text, executed in a fresh module (never imported by
+    name, so two instructors' files cannot clash and nothing lands on ``sys.path``)."""
+    module = types.ModuleType(f"course_hidden_checks_{secrets.token_hex(4)}")
+    module.__file__ = filename
+    sys.modules[module.__name__] = module      # for dataclasses and pickling inside it
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)   # noqa: S102 - the instructor's
+    finally:
+        sys.modules.pop(module.__name__, None)
+    extends = getattr(module, "EXTENDS", None)
+    found = getattr(module, "PARTS", None)
+    if not isinstance(extends, str):
+        raise ChecksError(f"{filename}: set EXTENDS to the assignment these checks add to "
+                          f"(one of {sorted(registry.MODULES)})")
+    if not isinstance(found, (list, tuple)) or not found or \
+            not all(isinstance(p, registry.Part) for p in found):
+        raise ChecksError(f"{filename}: PARTS must be a non-empty tuple of "
+                          "helpers.grading.registry.Part")
+    return Checks(filename, source, extends, tuple(found))
+
+
+def load(path) -> Checks:
+    """Read and check the checks module at ``path`` (an assignment it extends, new keys)."""
+    path = Path(path).expanduser()
+    try:
+        source = path.read_text()
+    except OSError as err:
+        raise ChecksError(f"cannot read the checks module {path}: {err}") from None
+    try:
+        checks = from_source(source, str(path))
+    except ChecksError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the instructor's file: say where it failed
+        raise ChecksError(f"{path} failed to load: {type(err).__name__}: {err}") from None
+    if checks.extends not in registry.MODULES:
+        raise ChecksError(f"{path}: EXTENDS = {checks.extends!r} is not a graded assignment "
+                          f"(one of {sorted(registry.MODULES)})")
+    spec = registry.get(checks.extends)
+    keys = [p.key for p in spec.parts + checks.parts]
+    clash = sorted({k for k in keys if keys.count(k) > 1})
+    if clash:
+        raise ChecksError(f"{path}: part keys {clash} are used twice (the assignment's keys: "
+                          f"{[p.key for p in spec.parts]}); give hidden parts keys of their own")
+    merged = checks.merged(spec)
+    for p in checks.parts:
+        if p.after and not merged.unit(p.after):
+            raise ChecksError(f"{path}: part {p.key} waits for group {p.after!r}, which no "
+                              "part has")
+    return checks
+
+
+# --------------------------------------------------------------------------------------
+# Collecting, in the submission's kernel.
+# --------------------------------------------------------------------------------------
+
+
+def collect_code(checks: Checks, unit: str, seed: int, path: str) -> str:
+    """The lines the grader runs in the submission's kernel to collect a hidden ``unit``:
+    the course re-imported from its read-only copy, the checks executed from their source."""
+    return f"""\
+def _course_collect():
+    import sys
+    for name in [n for n in sys.modules if n == "helpers" or n.startswith("helpers.")]:
+        del sys.modules[name]
+    import helpers.grading.extra as extra
+    extra.collect_to_file({checks.source!r}, {checks.path!r}, {unit!r}, {seed!r},
+                          sys._getframe(1).f_globals, {path!r})
+_course_collect()
+del _course_collect
+"""
+
+
+def collect_to_file(source: str, filename: str, unit: str, seed: int, namespace: dict,
+                    path: str) -> None:
+    """In the learner's kernel: :func:`registry.collect_to_file` for the assignment with the
+    hidden parts added. This kernel imported the course afresh for this call, so the
+    assignment it looks up is, for this one call, the merged one."""
+    checks = from_source(source, filename)
+    original = registry.get
+    merged = checks.merged(original(checks.extends))
+    registry.get = lambda name: merged if name == merged.name else original(name)
+    try:
+        registry.collect_to_file(merged.name, unit, seed, namespace, path)
+    finally:
+        registry.get = original
+
+
+# --------------------------------------------------------------------------------------
+# Grading, in the grader's process.
+# --------------------------------------------------------------------------------------
+
+
+def _result(part, status: str, message: str, seconds: float = 0.0) -> PartResult:
+    return PartResult(part.key, part.title, 0, part.points, status, message, seconds)
+
+
+def _collect(run, checks: Checks, first, unit: str, seed: int, tmp: str, limits):
+    """One hidden collection: raw results, or the failed result of its first part."""
+    if (run.session is None or not run.session.alive()) and not run.revive():
+        return parts.Collection(failure=_result(first, CRASHED, "not checked: the kernel "
+                                                "kept crashing"))
+    path = Path(tmp) / f"raw-{secrets.token_hex(8)}.pt"
+    ex = run.session.run(collect_code(checks, unit, seed, str(path)), limits.part_timeout)
+    seconds = round(ex.seconds, 2)
+    failure = None
+    if ex.status == "timeout":
+        failure = _result(first, TIMED_OUT, f"the check was stopped after "
+                          f"{limits.part_timeout:g} s (the time limit): something it calls "
+                          "never finishes (an infinite loop?)", seconds)
+    elif ex.status == "died":
+        failure = _result(first, CRASHED, f"checking this part crashed the kernel: "
+                          f"{ex.reason}", seconds)
+    elif ex.status != "ok":
+        failure = _result(first, ERROR, f"the check could not run in this notebook: "
+                          f"{ex.ename}: {ex.evalue}", seconds)
+    if not ex.alive:
+        run.revive()
+    if failure is not None:
+        path.unlink(missing_ok=True)
+        return parts.Collection(failure=failure)
+    try:
+        return parts.Collection(registry.read_results(path))
+    except registry.UnreadableResults as err:
+        return parts.Collection(failure=_result(first, ERROR, f"the check's results could "
+                                                f"not be read: {err}"))
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def grade_parts(checks: Checks, spec: registry.Assignment, run, cells, cell_results, tmp: str,
+                mode: str, limits, done: list[PartResult]) -> list[PartResult]:
+    """The hidden parts of one notebook, in ``run``'s kernel after the assignment's own
+    parts (``done``), collected with a seed of their own and judged here."""
+    merged = checks.merged(spec)
+    changes, hidden = static.tampering(cells)
+    if changes or hidden:      # the assignment's parts are withheld: so are these
+        why = changes[0] if changes else f"code the grader cannot read: {hidden[0]}"
+        return [_result(p, NEEDS_GPU if p.gpu and mode == "cpu" else ERROR,
+                        f"not graded: the notebook interferes with the grader ({why}); your "
+                        "instructor will look at it") for p in checks.parts]
+    launches = static.launches_a_kernel(cells)
+    seed = secrets.randbits(31)
+    results = {r.key: r for r in done}
+    collections: dict[str, parts.Collection] = {}
+    out = []
+    for part in checks.parts:
+        result = None
+        if part.gpu and mode == "cpu":
+            result = _result(part, NEEDS_GPU, "needs a GPU: this part is graded on a GPU and "
+                             "costs no points in CPU mode")
+        elif part.after:
+            first = [results[p.key] for p in merged.unit(part.after) if p.key in results]
+            failed = [r for r in first if r.status not in (PASSED, NEEDS_GPU, UNCHECKED)]
+            if failed:
+                result = _result(part, NOT_IMPLEMENTED if all(
+                    r.status == NOT_IMPLEMENTED for r in failed) else FAILED,
+                    f"needs a correct, in-bounds kernel first (parts "
+                    f"{', '.join(r.key for r in first)})")
+        if result is None:
+            unit = parts.unit_of(part)
+            if unit not in collections:
+                first = next(p for p in checks.parts if parts.unit_of(p) == unit)
+                collections[unit] = _collect(run, checks, first, unit, seed, tmp, limits)
+                data = collections[unit].data
+                if data is not None and data.get("ok") and isinstance(data.get("raw"), dict):
+                    data["raw"][registry.SEED] = seed
+            collection = collections[unit]
+            if collection.failure is not None:
+                f = collection.failure
+                result = f if f.key == part.key else _result(
+                    part, f.status, f"not checked: part {f.key} {f.status} on the same code")
+            else:
+                result = parts._judged(part, collection, cells, cell_results)
+                if result.status == PASSED and part.collect is not None and not part.gpu \
+                        and not launches and parts._kernel_trials(collection):
+                    result = _result(part, FAILED, "the notebook launches no @triton.jit "
+                                     "kernel of its own: the graded function must launch one",
+                                     result.seconds)
+        results[part.key] = result
+        out.append(result)
+    return out
