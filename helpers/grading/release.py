@@ -44,7 +44,7 @@ from pathlib import Path
 from . import answers, build
 
 REPO = Path(__file__).resolve().parents[2]
-TOP = ("README.md", "course", "pyproject.toml", "environment.yml", ".gitignore",
+TOP = ("README.md", "VERSIONS.md", "course", "pyproject.toml", "environment.yml", ".gitignore",
        "notebooks", "assignments", "helpers", "tests")
 CACHES = ("__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 INSTRUCTOR_ONLY = ("helpers/grading/build.py", "helpers/grading/release.py")

@@ -47,9 +47,10 @@ COURSE_ITEMS = ("helpers", "notebooks", "assignments", "README.md", "pyproject.t
                 "environment.yml", "course")
 # Never copied (glob patterns relative to the repository) when the copy cannot be the
 # student release: the answer formulas (a notebook could import them and copy the answers).
+# A release's sealed keys (helpers/grading/keys/*.json) are copied: students have them
+# already, and without them a release grading itself could check no graded number.
 HIDDEN: tuple[str, ...] = ("helpers/grading/**/keys_*.py", "helpers/grading/keys_*.py",
-                           "helpers/grading/keys", "helpers/grading/build.py",
-                           "helpers/grading/release.py")
+                           "helpers/grading/build.py", "helpers/grading/release.py")
 MAX_NOTEBOOK_BYTES = 50 * 2**20   # a submitted file larger than this is refused unread
 
 TMP_MB = 1024            # the sandbox's /tmp
