@@ -191,15 +191,18 @@ def _diagnose_y(got, want, h, w) -> str:
     if torch.isnan(g).any():
         return ("y has NaN: a masked-off lane loaded without other=0.0 entered the sum of "
                 "squares, or the output has elements no program wrote")
+    # The weight first: its element-wise signature is the sharper one. Without it, every
+    # row's norm is also off by nearly the same factor (the weight is 1 + 0.1 noise over
+    # many columns), which the row test below would blame on the mean.
+    unweighted = h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + EPS)
+    weighted = not torch.allclose(w.float(), torch.ones_like(w.float()))
+    if weighted and torch.allclose(g, unweighted, atol=0.05, rtol=0.05):
+        return "y matches the norm without the weight: multiply by weight[col]"
     ratio = (g.norm(dim=-1) / t.norm(dim=-1).clamp_min(1e-30))
     if t.shape[-1] > 1 and (ratio - ratio.mean()).abs().max() < 1e-2 * ratio.mean() \
             and abs(ratio.mean().item() - 1) > 1e-2:
         return (f"every row of y is {ratio.mean().item():.3g} times the reference: the mean of "
                 "h^2 must divide by n_cols (not BLOCK_SIZE), then add eps, then take rsqrt")
-    unweighted = h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + EPS)
-    weighted = not torch.allclose(w.float(), torch.ones_like(w.float()))
-    if weighted and torch.allclose(g, unweighted, atol=0.05, rtol=0.05):
-        return "y matches the norm without the weight: multiply by weight[col]"
     return "compare y = h * rsqrt(mean(h^2) + eps) * weight, row by row, in fp32"
 
 
