@@ -123,7 +123,10 @@ def assert_loses_exactly(report, spec, expected: dict, either=()):
         else:
             assert part["points"] == part["max_points"], f"part {key} should pass: {part}"
         lost += part["max_points"] - part["points"]
-    assert lost >= sum(points[k] for k in expected)
+    assert lost >= sum(points[k] for k in expected), (
+        f"lost {lost} points, expected at least {sum(points[k] for k in expected)}: " + "; ".join(
+            f"{p['key']} {p['points']}/{p['max_points']} {p['status']}"
+            for p in report["parts"]))
     assert report["score"] == counted - lost and report["max_score"] == counted
 
 
