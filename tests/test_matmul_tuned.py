@@ -1,0 +1,135 @@
+"""Lesson 07's matmul kernel (helpers.kernels.matmul_tuned) against the fp32 product.
+
+Settings of every kind (small tiles, large tiles, split-K) on one-row, odd and
+larger-than-tile shapes, row- and column-major operands, the padded path for rows that are
+not 16-byte aligned, the edge sizes, the pruning rules and the bucketed key; in CPU mode
+the kernel runs in Triton's interpreter, and the tests marked ``gpu`` run it compiled and
+autotuned, lean launches included.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import helpers
+from helpers.kernels import matmul as mm
+from helpers.kernels import matmul_tuned as mt
+
+DEVICE = helpers.device()
+CONFIGS = {
+    "cpu default": mt.CPU_CONFIG,
+    "16-row tile, split 4": mt._config(16, 32, 32, 4, 4, 1),
+    "64x64, split 2": mt._config(64, 64, 32, 2, 4, 1),
+    "128x128": mt._config(128, 128, 32, 1, 4, 1),
+}
+SHAPES = [(1, 40, 70), (7, 33, 129), (65, 70, 99), (64, 64, 64)]
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2}   # relative to the largest output
+
+
+def product(M, N, K, dtype, seed=0, a_major="row", b_major="row"):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g).to(DEVICE, dtype)
+    b = torch.randn(K, N, generator=g).to(DEVICE, dtype)
+    if a_major == "col":
+        a = a.t().contiguous().t()
+    if b_major == "col":
+        b = b.t().contiguous().t()
+    return a, b
+
+
+def assert_product(c, a, b, what):
+    want = a.float() @ b.float()
+    assert c.shape == want.shape and c.dtype == a.dtype and c.is_contiguous(), what
+    err = ((c.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+    assert err <= TOLERANCE.get(a.dtype, 2e-2), f"{what}: worst error {err:.2e} of the largest output"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_every_kind_of_setting_gives_the_product(name, shape, dtype):
+    a, b = product(*shape, dtype)
+    assert_product(mt.matmul_tuned(a, b, config=CONFIGS[name]), a, b, f"{name} {shape}")
+
+
+@pytest.mark.parametrize("majors", [("col", "row"), ("row", "col"), ("col", "col")])
+def test_column_major_operands(majors):
+    a, b = product(33, 70, 129, torch.float16, a_major=majors[0], b_major=majors[1])
+    assert_product(mt.matmul_tuned(a, b), a, b, f"A {majors[0]}-major, B {majors[1]}-major")
+
+
+def test_rows_that_are_not_16_byte_aligned_are_padded_and_the_result_is_the_product():
+    a, b = product(17, 77, 99, torch.float16)        # K = 99 and N = 77: odd row lengths
+    pad_a, n_padded = mt._needs_padding(a, b)
+    assert pad_a and n_padded == 80
+    assert_product(mt.matmul_tuned(a, b), a, b, "padded path")
+    aligned_a, aligned_b = product(16, 80, 96, torch.float16)
+    assert mt._needs_padding(aligned_a, aligned_b) == (False, 80)
+
+
+def test_split_k_counters_are_left_at_zero_and_the_sum_is_the_same_every_run():
+    a, b = product(5, 40, 1000, torch.float32)
+    config = mt._config(16, 32, 32, 8, 4, 1)
+    first = mt.matmul_tuned(a, b, config=config)
+    again = mt.matmul_tuned(a, b, config=config)
+    assert torch.equal(first, again), "split-K sums the slices in a fixed order"
+    assert int(mt._SCRATCH.locks[a.device].abs().sum()) == 0
+
+
+def test_edge_sizes():
+    a, b = product(0, 5, 7, torch.float32)
+    assert mt.matmul_tuned(a, b).shape == (0, 5)
+    a, b = product(3, 5, 0, torch.float32)
+    assert torch.equal(mt.matmul_tuned(a, b), torch.zeros(3, 5, device=DEVICE))
+
+
+def test_inputs_that_cannot_work_are_refused_with_a_reason():
+    a, b = product(4, 4, 4, torch.float32)
+    with pytest.raises(ValueError, match="cannot multiply"):
+        mt.matmul_tuned(a, b[:3])
+    with pytest.raises(ValueError, match="cannot multiply"):
+        mt.matmul_tuned(a, b.half())
+    with pytest.raises(ValueError, match="config lacks"):
+        mt.matmul_tuned(a, b, config={"BLOCK_M": 16})
+    with pytest.raises(ValueError, match="2 dimension"):
+        mt.matmul_tuned(a[0], b)
+
+
+def test_what_fits_and_what_is_pruned():
+    big = mt._config(128, 256, 64, 1, 8, 4)
+    assert mt.shared_memory_bytes(big, torch.float16) == 4 * (128 + 256) * 64 * 2
+    assert mt.fits(big, torch.float16)[0]
+    assert not mt.fits(big, torch.float32)[0], "fp32 tiles are twice the bytes"
+    assert not mt.fits(mt._config(256, 256, 32, 1, 4, 2))[0], "256 registers a thread"
+    assert not mt.useful(big, 16, 4096, 4096)[0], "128 rows for M = 16: padding"
+    assert not mt.useful(mt._config(16, 64, 128, 1, 4, 4), 4096, 4096, 4096)[0]
+    split = mt._config(64, 64, 128, 8, 4, 4)
+    assert mt.useful(split, 256, 256, 16384)[0], "16 tiles for 132 SMs: split K"
+    assert not mt.useful(split, 4096, 4096, 4096)[0], "4,096 tiles: nothing to gain"
+
+
+def test_shapes_share_a_tuning_by_power_of_two_buckets():
+    assert mt.shape_key(1, 1000, 4096) == (16, 1024, 4096)
+    assert mt.shape_key(300, 1024, 1025) == (512, 1024, 2048)
+    assert mt.bucket(16) == 16 and mt.bucket(17) == 32
+
+
+def test_lesson_04s_matmul_runs_the_tuned_kernel():
+    a, b = product(7, 33, 129, torch.float16)
+    assert_product(mm.matmul(a, b), a, b, "matmul()")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (333, 777, 1999), (1000, 1000, 1000),
+                                   (256, 256, 16384), (2048, 2048, 2048)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_compiled_autotuned_and_lean_launches(shape, dtype):
+    a, b = product(*shape, dtype)
+    first = mt.matmul_tuned(a, b)                    # tunes, then keeps a plan
+    assert_product(first, a, b, f"first call {shape}")
+    again = mt.matmul_tuned(a, b)                    # the plan's direct launch
+    assert torch.equal(first, again), f"the direct launch differs from the first {shape}"
+    c, d = product(*shape, dtype, seed=1)
+    assert_product(mt.matmul_tuned(c, d), c, d, f"new inputs through the plan {shape}")
