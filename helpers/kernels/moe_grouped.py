@@ -1,0 +1,250 @@
+"""Lesson 08's grouped GEMM: every expert's matmul in one launch, and the combine.
+
+After the dispatch (:func:`helpers.kernels.moe.dispatch`) the token copies sit sorted by
+expert: rows ``offsets[e] : offsets[e + 1]`` of the sorted order belong to expert ``e``,
+``counts[e]`` of them, some experts with hundreds of rows and some with none. A
+per-expert loop launches one small matmul per expert: at 128 experts that is 128 launches
+of a few hundred rows each, too little work per launch to fill 132 SMs, and the GPU idles
+between them. A grouped GEMM launches **one** grid for all experts:
+
+* Each expert's rows are cut into tiles of ``BLOCK_M`` rows; an expert with 300 rows and
+  ``BLOCK_M = 128`` owns 3 row tiles, the last one 44 rows full. :func:`expert_of_tile`
+  is the index arithmetic: from a program's row-tile number to its expert and rows, by a
+  prefix sum of tiles per expert, computed by every program from ``counts`` (E numbers,
+  a few hundred bytes from L2). No host round trip: the grid is sized for the worst case,
+  ``R // BLOCK_M + E`` row tiles, and programs past the last real tile return at once.
+* Rows of a tile past its expert's end are *padding*: they are computed (the tensor
+  cores work on whole tiles) and never stored. :func:`helpers.kernels.moe.padding_rows`
+  counts them; a skewed router makes more of them.
+* The first GEMM (:func:`grouped_swiglu`) **gathers** its rows straight from the
+  unsorted tokens (``rows[r]`` is the token of sorted row ``r``), so the sorted copy of
+  the activations is never written, and computes the gate and up projections in one
+  pass with two accumulators, applying ``silu(gate) * up`` before the store: the
+  ``R x 2I`` intermediate never reaches HBM.
+* The second GEMM (:func:`grouped_matmul`) is the down projection on sorted rows.
+* :func:`combine` un-permutes: token ``t``'s output is the routing-weighted sum of its
+  ``top_k`` rows, gathered by ``position``; a fixed order, so the result is the same
+  every run (no atomics).
+
+On a GPU the tile sizes are autotuned per shape (lesson 07); in CPU mode one small
+setting runs in the interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from .matmul_ladder import grouped_tile
+
+# --------------------------------------------------------------------------------------
+# Which tile belongs to which expert.
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def expert_of_tile(tile, counts_ptr, E, E_POW2: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Row tile ``tile`` of the grouped problem: its expert and its rows ``[start, end)``.
+
+    Expert ``e`` owns ``cdiv(counts[e], BLOCK_M)`` consecutive row tiles; the tiles of
+    the experts before it come first. A tile past the last real one gets ``start >=
+    end`` (its program has nothing to do).
+    """
+    e = tl.arange(0, E_POW2)
+    counts = tl.load(counts_ptr + e, mask=e < E, other=0)
+    tiles = (counts + BLOCK_M - 1) // BLOCK_M            # 0 for an expert with no rows
+    tiles_end = tl.cumsum(tiles, axis=0)                  # first tile *after* expert e
+    expert = tl.sum((tiles_end <= tile).to(tl.int32), axis=0)
+    before = e < expert
+    first_tile = tl.sum(tl.where(before, tiles, 0), axis=0)
+    expert_start = tl.sum(tl.where(before, counts, 0), axis=0)     # = offsets[expert]
+    expert_rows = tl.sum(tl.where(e == expert, counts, 0), axis=0)
+    start = expert_start + (tile - first_tile) * BLOCK_M
+    return expert, start, expert_start + expert_rows
+
+
+@triton.jit
+def grouped_gemm_kernel(a_ptr, rows_ptr, b_ptr, b2_ptr, c_ptr, counts_ptr, R, N, K, E,
+                        stride_am, stride_ak, stride_be, stride_bk, stride_bn,
+                        stride_cm, stride_cn, R_BUCKET,
+                        E_POW2: tl.constexpr, GATHER: tl.constexpr, SWIGLU: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
+    """``C[r] = A[rows[r]] @ B[e]`` for every sorted row ``r`` of expert ``e``.
+
+    With ``SWIGLU``, ``C[r] = silu(A[rows[r]] @ B[e]) * (A[rows[r]] @ B2[e])``: the gate
+    and up projections share each loaded tile of A.
+    """
+    max_tiles_m = tl.minimum(R, R // BLOCK_M + E)        # the worst case, see the module
+    pid_m, pid_n = grouped_tile(tl.program_id(axis=0), max_tiles_m, tl.cdiv(N, BLOCK_N),
+                                GROUP_M)
+    expert, start, end = expert_of_tile(pid_m, counts_ptr, E, E_POW2, BLOCK_M)
+    if start >= end:
+        return
+    offs_m = start + tl.arange(0, BLOCK_M)
+    real = offs_m < end
+    # Padding rows re-read a real row, so every load of A stays unmasked (whole 16-byte
+    # vectors); their results are dropped at the store.
+    if GATHER:
+        src = tl.load(rows_ptr + tl.where(real, offs_m, start))
+    else:
+        src = tl.where(real, offs_m, start)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + src.to(tl.int64)[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_off = expert.to(tl.int64) * stride_be + offs_k[:, None] * stride_bk \
+        + cols[None, :] * stride_bn
+    b_ptrs = b_ptr + b_off
+    b2_ptrs = b2_ptr + b_off
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc)
+        if SWIGLU:
+            if EVEN_K:
+                b2 = tl.load(b2_ptrs)
+            else:
+                b2 = tl.load(b2_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            acc2 = tl.dot(a, b2, acc2)
+            b2_ptrs += BLOCK_K * stride_bk
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if SWIGLU:
+        acc = acc * tl.sigmoid(acc) * acc2               # silu(gate) * up, still in fp32
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=real[:, None] & (offs_n[None, :] < N))
+
+
+@triton.jit
+def combine_kernel(y_ptr, position_ptr, weight_ptr, out_ptr, T, H, TOP_K,
+                   stride_ym, stride_yh, stride_om, stride_oh,
+                   BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """``out[t] = sum_j weight[t, j] * y[position[t, j]]``; a dropped copy has position -1."""
+    offs_t = tl.program_id(axis=0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_h = tl.program_id(axis=1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    in_t, in_h = offs_t < T, offs_h < H
+    acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
+    for j in range(0, TOP_K):
+        pos = tl.load(position_ptr + offs_t * TOP_K + j, mask=in_t, other=-1)
+        w = tl.load(weight_ptr + offs_t * TOP_K + j, mask=in_t, other=0.0)
+        kept = pos >= 0
+        y = tl.load(y_ptr + pos.to(tl.int64)[:, None] * stride_ym + offs_h[None, :] * stride_yh,
+                    mask=kept[:, None] & in_h[None, :], other=0.0)
+        acc += w.to(tl.float32)[:, None] * y.to(tl.float32)
+    tl.store(out_ptr + offs_t.to(tl.int64)[:, None] * stride_om + offs_h[None, :] * stride_oh,
+             acc.to(out_ptr.dtype.element_ty), mask=in_t[:, None] & in_h[None, :])
+
+
+# --------------------------------------------------------------------------------------
+# Settings: tuned per shape on a GPU, one small one in the interpreter.
+# --------------------------------------------------------------------------------------
+
+KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+
+
+def _config(bm, bn, bk, warps, stages, group_m=8) -> dict:
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=warps,
+                num_stages=stages)
+
+
+# SwiGLU keeps two fp32 accumulators, so its tiles are half the area of the plain GEMM's
+# for the same registers a thread. Small BLOCK_M for few rows per expert (decode steps,
+# many experts): a 128-row tile on a 10-row expert computes 118 rows of padding.
+SWIGLU_SPACE = [_config(*c) for c in (
+    (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+    (64, 64, 64, 4, 4), (64, 128, 64, 8, 4), (32, 64, 64, 4, 4), (16, 64, 128, 4, 4))]
+MATMUL_SPACE = [_config(*c) for c in (
+    (128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+    (64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4), (16, 64, 128, 4, 4))]
+CPU_CONFIG = _config(16, 32, 32, 4, 1)
+
+
+def bucket(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def _triton_configs(space) -> list:
+    return [triton.Config({k: c[k] for k in KEYS[:4]}, num_warps=c["num_warps"],
+                          num_stages=c["num_stages"]) for c in space]
+
+
+_EVEN_K = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
+grouped_gemm_fixed = _EVEN_K(grouped_gemm_kernel)
+# Keyed on rows (bucketed), the matmul's N and K, the expert count and the variant;
+# the dtypes are added by the autotuner itself.
+_TUNE_KEY = ["R_BUCKET", "N", "K", "E", "GATHER", "SWIGLU"]
+grouped_swiglu_tuned = triton.autotune(_triton_configs(SWIGLU_SPACE), key=_TUNE_KEY,
+                                       cache_results=True)(grouped_gemm_fixed)
+grouped_matmul_tuned = triton.autotune(_triton_configs(MATMUL_SPACE), key=_TUNE_KEY,
+                                       cache_results=True)(grouped_gemm_fixed)
+
+
+def _launch(a, rows, b, b2, counts, config, tuned):
+    """Allocate C (one row per sorted token copy) and launch the grouped GEMM."""
+    R = rows.numel() if rows is not None else a.shape[0]
+    E, K, N = b.shape
+    c = torch.empty((R, N), device=a.device, dtype=a.dtype)
+    if R == 0:
+        return c
+    if config is None and runtime.is_cpu():
+        config = CPU_CONFIG
+    kernel = tuned if config is None else grouped_gemm_fixed
+    extra = {} if config is None else {k: config[k] for k in KEYS}
+
+    def grid(meta):
+        return (min(R, R // meta["BLOCK_M"] + E) * triton.cdiv(N, meta["BLOCK_N"]),)
+
+    kernel[grid](a, rows if rows is not None else counts, b, b2 if b2 is not None else b, c,
+                 counts, R, N, K, E, *a.stride(), *b.stride(), *c.stride(), bucket(R),
+                 E_POW2=triton.next_power_of_2(E), GATHER=rows is not None,
+                 SWIGLU=b2 is not None, **extra)
+    return c
+
+
+def grouped_swiglu(x, rows, counts, w_gate, w_up, config: dict | None = None):
+    """``silu(x[rows] @ w_gate[e]) * (x[rows] @ w_up[e])`` for each expert's sorted rows.
+
+    ``x`` is ``(T, H)`` (tokens in their own order), ``rows`` the token of each sorted
+    row (``R`` int32), ``counts`` rows per expert (``E`` int32, summing to ``R``),
+    ``w_gate`` and ``w_up`` ``(E, H, I)``; returns ``(R, I)``. Inputs are checked by
+    :func:`helpers.kernels.moe.experts_forward`, which calls this.
+    """
+    return _launch(x, rows, w_gate, w_up, counts, config, grouped_swiglu_tuned)
+
+
+def grouped_matmul(a, counts, w, config: dict | None = None):
+    """``a[r] @ w[e]`` for each expert's rows of the sorted ``a`` (``(R, K)``); ``w`` is
+    ``(E, K, N)``; returns ``(R, N)``."""
+    return _launch(a, None, w, None, counts, config, grouped_matmul_tuned)
+
+
+def combine(y, position, weights, block_t: int = 16, block_h: int = 128):
+    """``out[t] = sum_j weights[t, j] * y[position[t, j]]``: ``y`` is ``(R, H)`` sorted
+    rows, ``position`` and ``weights`` ``(T, top_k)``; returns ``(T, H)`` in ``y``'s dtype."""
+    T, top_k = position.shape
+    H = y.shape[1]
+    out = torch.empty((T, H), device=y.device, dtype=y.dtype)
+    if T == 0:
+        return out
+    if runtime.is_cpu():
+        block_h = min(block_h, 64)
+    grid = (triton.cdiv(T, block_t), triton.cdiv(H, block_h))
+    combine_kernel[grid](y, position, weights, out, T, H, top_k, *y.stride(), *out.stride(),
+                         BLOCK_T=block_t, BLOCK_H=block_h)
+    return out
+
+
+def chosen_config(tuned) -> list[dict]:
+    """The settings the tuner picked so far (one per tuned key), as plain dicts."""
+    return [{**{k: c.kwargs[k] for k in KEYS[:4]}, "num_warps": c.num_warps,
+             "num_stages": c.num_stages} for c in tuned.cache.values()]
