@@ -177,9 +177,10 @@ def dispatch(ids: torch.Tensor, experts: int, capacity: int | None = None) -> Di
     """
     if ids.dim() != 2:
         raise ValueError(f"ids must be (tokens, top_k), got shape {tuple(ids.shape)}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= experts):
-        raise ValueError(f"expert ids must lie in [0, {experts}); got {int(ids.min())} to "
-                         f"{int(ids.max())}")
+    if ids.numel():
+        low, high = (int(v) for v in torch.aminmax(ids))   # one wait for the GPU
+        if low < 0 or high >= experts:
+            raise ValueError(f"expert ids must lie in [0, {experts}); got {low} to {high}")
     T, top_k = ids.shape
     flat = ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)

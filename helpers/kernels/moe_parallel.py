@@ -1,0 +1,287 @@
+"""Expert parallelism, lesson 08 beyond one GPU: each rank holds some of the experts.
+
+At 128 experts of a 30B-parameter model, or 8 experts of 14336 columns each, the
+experts' weights outgrow what one GPU should hold next to its activations. Expert
+parallelism (GShard, Switch) splits the **experts** over ``world`` GPUs, the *ranks*:
+rank ``r`` holds experts ``r * E/world`` to ``(r + 1) * E/world - 1`` (``e // (E/world) ==
+r``) and the router, and its own batch of ``T`` tokens. A token's copies must travel to
+the ranks that hold their experts, and the experts' outputs must travel back. Read top
+to bottom:
+
+* :func:`shard_weights`, :func:`check_expert_parallel`: a rank's part of the weights
+  (the router whole, ``E/world`` experts) and the checks that say what is wrong.
+* :func:`bytes_sent_per_rank`, :func:`exchange_ms`: the napkin math. Under uniform
+  routing a copy stays home with probability ``1/world``; the rest cross the link, once
+  there and once back.
+* :func:`ep_forward_sequential`: the layer in six steps. Route and dispatch locally (the
+  single-GPU :func:`~helpers.kernels.moe.route` and
+  :func:`~helpers.kernels.moe.dispatch`); count copies per destination rank; exchange
+  the counts (``all_to_all_single`` of a few integers); exchange the token rows
+  (``all_to_all_single`` with split sizes: rank ``r``'s ``i``-th block goes to rank
+  ``i``); run the local experts on the rows received (the grouped GEMMs of
+  :mod:`helpers.kernels.moe_grouped`); send the results back by the reverse
+  all-to-all; combine with the routing weights. While the rows travel, the GPU waits.
+* :func:`ep_forward_overlapped`: the same work cut into ``chunks`` slices of the
+  tokens, pipelined: chunk ``i + 1``'s rows travel while chunk ``i``'s experts compute.
+  ``async_op=True`` returns a work handle at once; on NCCL the transfer runs on
+  NCCL's own CUDA stream, ``work.wait()`` makes the compute stream wait for it (the CPU
+  does not wait); on gloo (CPU) a background thread sends. One code path for both.
+
+Both give what the single-process :func:`~helpers.kernels.moe.moe_forward` gives on all
+ranks' tokens concatenated, with the full weights (no capacity: no copy is dropped).
+Start the ranks with :func:`helpers.parallel.launch`; a rank's function calls these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .. import runtime
+from ..dtypes import FLOAT_DTYPES, element_size
+from .checks import check_tensor
+from .moe import MoEWeights, Dispatch, dispatch, route
+from .moe_grouped import combine, grouped_matmul, grouped_swiglu
+
+__all__ = [
+    "local_experts", "shard_weights", "check_expert_parallel", "bytes_sent_per_rank",
+    "exchange_ms", "ep_forward_sequential", "ep_forward_overlapped",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Who holds what, and the checks.
+# --------------------------------------------------------------------------------------
+
+
+def local_experts(experts: int, world: int, rank: int) -> range:
+    """The experts rank ``rank`` holds: ``E/world`` consecutive ones."""
+    _check_split(experts, world)
+    per = experts // world
+    return range(rank * per, (rank + 1) * per)
+
+
+def shard_weights(w: MoEWeights, rank: int, world: int) -> MoEWeights:
+    """Rank ``rank``'s part of the full weights: the whole router ``(H, E)``, every rank
+    routes its own tokens, and its ``E/world`` experts, copied (so the full weights can go)."""
+    mine = local_experts(w.router.shape[1], world, rank)
+    return MoEWeights(w.router, *(t[mine.start:mine.stop].clone() for t in (w.gate, w.up,
+                                                                            w.down)))
+
+
+def _check_split(experts: int, world: int) -> None:
+    if world < 1:
+        raise ValueError(f"the world size must be at least 1 rank, got {world}")
+    if experts % world:
+        raise ValueError(f"{experts} experts cannot be split evenly over {world} ranks: each "
+                         f"rank holds E / world experts. Use a world size that divides {experts}.")
+
+
+def check_expert_parallel(x: torch.Tensor, w: MoEWeights, top_k: int, world: int) -> int:
+    """Check one rank's inputs: ``x`` ``(T, H)``, the router ``(H, E)``, its experts
+    ``(E/world, H, I)`` and ``(E/world, I, H)``. Returns ``E/world``."""
+    check_tensor(x, "x", dtypes=FLOAT_DTYPES, ndim=2)
+    for name in ("router", "gate", "up", "down"):
+        check_tensor(getattr(w, name), f"weights.{name}", dtypes=(x.dtype,),
+                     ndim=2 if name == "router" else 3, contiguous=False)
+    runtime.check_dot_dtype(x.dtype)
+    H, E = w.router.shape
+    _check_split(E, world)
+    per = E // world
+    if w.gate.shape[0] != per:
+        hint = (" These are the full weights: pass shard_weights(w, rank, world)."
+                if w.gate.shape[0] == E else "")
+        raise ValueError(f"weights.gate holds {w.gate.shape[0]} experts; with the router's "
+                         f"E = {E} over {world} ranks each rank holds {per}.{hint}")
+    I = w.gate.shape[2]
+    want = {"gate": (per, H, I), "up": (per, H, I), "down": (per, I, H)}
+    for name, shape in want.items():
+        if tuple(getattr(w, name).shape) != shape:
+            raise ValueError(f"weights.{name} has shape {tuple(getattr(w, name).shape)}; with "
+                             f"the router (H, E) = {(H, E)} and width I = {I} it must be {shape}")
+    if x.shape[1] != H:
+        raise ValueError(f"x has {x.shape[1]} features but the router takes H = {H}")
+    if not 1 <= top_k <= E:
+        raise ValueError(f"top_k must be between 1 and the number of experts ({E}), got {top_k}")
+    return per
+
+
+def _world(group) -> int:
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("torch.distributed is not initialised in this process: start the "
+                           "ranks with helpers.parallel.launch(fn, world) (or torchrun) and call "
+                           "the expert-parallel layer from fn.")
+    return dist.get_world_size(group)
+
+
+# --------------------------------------------------------------------------------------
+# The napkin math.
+# --------------------------------------------------------------------------------------
+
+
+def bytes_sent_per_rank(tokens: int, top_k: int, hidden: int, world: int, dtype) -> float:
+    """Bytes one rank sends to the others in **each** direction, under uniform routing.
+
+    Its ``tokens * top_k`` copies each carry ``hidden`` elements; a copy's expert lives on
+    this rank with probability ``1/world``, so ``(world - 1)/world`` of them leave. (A
+    token whose two experts share a rank is sent twice here; deduplicating senders such
+    as DeepEP send it once.) The outputs come back the same size.
+    """
+    if world < 1:
+        raise ValueError(f"the world size must be at least 1 rank, got {world}")
+    return tokens * top_k * (world - 1) / world * hidden * element_size(dtype)
+
+
+def exchange_ms(tokens: int, top_k: int, hidden: int, world: int, dtype,
+                link_gb_per_s: float) -> float:
+    """Least time of one all-to-all (one direction) over a link of ``link_gb_per_s`` GB/s
+    (10^9 bytes a second out of each GPU; an H100 SXM's NVLink gives 450 each way)."""
+    if not link_gb_per_s > 0:
+        raise ValueError(f"the link bandwidth must be positive GB/s, got {link_gb_per_s!r}")
+    return bytes_sent_per_rank(tokens, top_k, hidden, world, dtype) / (link_gb_per_s * 1e9) * 1e3
+
+
+# --------------------------------------------------------------------------------------
+# The plan: who sends how many rows to whom, for each chunk of the tokens.
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """One rank's side of the exchange, the tokens cut into ``chunks`` slices."""
+
+    weights: torch.Tensor   # (T, top_k) routing weights
+    d: Dispatch             # copies sorted by (chunk, destination rank, expert)
+    send: torch.Tensor      # (R, H): the rows to send, in that order
+    send_splits: list       # [chunk][rank]: rows this rank sends to each rank
+    recv_splits: list       # [chunk][rank]: rows it receives from each rank
+    recv_counts: torch.Tensor  # (world, chunks, E/world) on x's device: rows received
+                               # from each rank for each chunk and local expert
+    chunk_rows: list        # chunk c's copies are sorted rows chunk_rows[c]:chunk_rows[c+1]
+
+    def send_rows(self, c: int) -> torch.Tensor:
+        return self.send[self.chunk_rows[c]:self.chunk_rows[c + 1]]
+
+
+def plan(x: torch.Tensor, w: MoEWeights, top_k: int, chunks: int = 1, group=None) -> Plan:
+    """Route, dispatch and exchange the counts: everything before the rows travel.
+
+    Chunk ``c`` is a contiguous slice of the tokens. Sorting the copies by ``(chunk,
+    expert)`` sorts them by destination rank too, since a rank's experts are
+    consecutive: each chunk's rows for rank ``i`` are one block, as
+    ``all_to_all_single`` wants. One host sync, for the split sizes.
+    """
+    world = _world(group)
+    per = check_expert_parallel(x, w, top_k, world)
+    if not (isinstance(chunks, int) and chunks >= 1):
+        raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
+    E, T = w.router.shape[1], x.shape[0]
+    weights, ids = route(x @ w.router, top_k)
+    chunk = torch.arange(T, device=x.device) * chunks // max(T, 1)   # chunk of each token
+    d = dispatch(ids + E * chunk[:, None], chunks * E)             # one sort for all chunks
+    sent = d.counts.view(chunks, world, per)
+    # Rank i's block of the counts goes to rank i: received[j] = what rank j sends me.
+    received = torch.empty((world, chunks, per), dtype=sent.dtype, device=x.device)
+    dist.all_to_all_single(received, sent.transpose(0, 1).contiguous(), group=group)
+    host = torch.cat([sent.flatten(), received.flatten()]).cpu()   # the one host sync
+    send_splits = host[:sent.numel()].view(chunks, world, per).sum(dim=2).tolist()
+    recv_splits = host[sent.numel():].view(world, chunks, per).sum(dim=2).T.tolist()
+    chunk_rows = [0]
+    for c in range(chunks):
+        chunk_rows.append(chunk_rows[-1] + sum(send_splits[c]))
+    return Plan(weights, d, x.index_select(0, d.rows), send_splits, recv_splits, received,
+                chunk_rows)
+
+
+def local_forward(x_recv: torch.Tensor, counts: torch.Tensor, w: MoEWeights) -> torch.Tensor:
+    """The local experts on received rows, returned in the order they came.
+
+    ``counts`` is ``(world, E/world)``: the rows came as one block per sending rank, each
+    sorted by local expert. A stable sort by local expert regroups them; the grouped
+    SwiGLU gathers through that order (``rows``), so the sorted copy is never written;
+    the down projection's output is put back in arrival order. No host sync.
+    """
+    world, per = counts.shape
+    y = torch.empty((x_recv.shape[0], w.down.shape[2]), dtype=x_recv.dtype,
+                    device=x_recv.device)
+    if x_recv.shape[0] == 0:
+        return y
+    expert = torch.arange(per, device=x_recv.device).repeat(world)
+    local_ids = torch.repeat_interleave(expert, counts.flatten().long(),
+                                        output_size=x_recv.shape[0])
+    order = torch.argsort(local_ids, stable=True)
+    per_expert = counts.sum(dim=0, dtype=torch.int32)
+    h = grouped_swiglu(x_recv, order.to(torch.int32), per_expert, w.gate, w.up)
+    y[order] = grouped_matmul(h, per_expert, w.down)
+    return y
+
+
+def _exchange(out, inp, out_splits, in_splits, group, async_op):
+    return dist.all_to_all_single(out, inp, out_splits, in_splits, group=group,
+                                  async_op=async_op)
+
+
+def _rows(n: int, like: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    return torch.empty((n, like.shape[1] if width is None else width), dtype=like.dtype,
+                       device=like.device)
+
+
+# --------------------------------------------------------------------------------------
+# The layer: exchange, compute, exchange back.
+# --------------------------------------------------------------------------------------
+
+
+def ep_forward_sequential(x: torch.Tensor, w: MoEWeights, top_k: int,
+                          group=None) -> torch.Tensor:
+    """This rank's ``(T, H)`` outputs. ``w`` is its shard (:func:`shard_weights`)."""
+    p = plan(x, w, top_k, chunks=1, group=group)
+    send_splits, recv_splits = p.send_splits[0], p.recv_splits[0]
+    # There: block i of p.send goes to rank i; from rank j come recv_splits[j] rows.
+    x_recv = _rows(sum(recv_splits), x)
+    _exchange(x_recv, p.send, recv_splits, send_splits, group, async_op=False)
+    y_recv = local_forward(x_recv, p.recv_counts[:, 0], w)
+    # And back: the reverse all-to-all, every split swapped.
+    y_back = _rows(p.send.shape[0], x)
+    _exchange(y_back, y_recv, send_splits, recv_splits, group, async_op=False)
+    return combine(y_back, p.d.position, p.weights)
+
+
+def ep_forward_overlapped(x: torch.Tensor, w: MoEWeights, top_k: int, chunks: int = 4,
+                          group=None) -> torch.Tensor:
+    """:func:`ep_forward_sequential`, pipelined over ``chunks`` slices of the tokens.
+
+    The timeline (the all-to-alls queue on one communication stream, the experts on
+    the compute stream)::
+
+        comm:     send 0 | send 1 | back 0, send 2 | back 1, send 3 | back 2 | back 3
+        compute:         | exp. 0 | exp. 1         | exp. 2         | exp. 3
+
+    Every rank must pass the same ``chunks`` (a rank with few tokens sends empty chunks):
+    each chunk is a collective all ranks take part in.
+    """
+    p = plan(x, w, top_k, chunks=chunks, group=group)
+    y_back = _rows(p.send.shape[0], x)
+    kept, back = [], []      # tensors in flight stay referenced until their work is done
+
+    def send(c):
+        x_recv = _rows(sum(p.recv_splits[c]), x)
+        kept.append(x_recv)
+        return x_recv, _exchange(x_recv, p.send_rows(c), p.recv_splits[c], p.send_splits[c],
+                                 group, async_op=True)
+
+    in_flight = send(0)
+    for c in range(chunks):
+        x_recv, work = in_flight
+        if c + 1 < chunks:
+            in_flight = send(c + 1)          # chunk c + 1 travels while chunk c computes
+        work.wait()                          # on NCCL: the compute stream waits, not the CPU
+        y_recv = local_forward(x_recv, p.recv_counts[:, c], w)
+        kept.append(y_recv)
+        out = y_back[p.chunk_rows[c]:p.chunk_rows[c + 1]]
+        back.append(_exchange(out, y_recv, p.send_splits[c], p.recv_splits[c], group,
+                              async_op=True))
+    for work in back:
+        work.wait()
+    return combine(y_back, p.d.position, p.weights)
