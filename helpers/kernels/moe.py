@@ -253,6 +253,10 @@ def _check(x, w: MoEWeights) -> None:
         if tuple(getattr(w, name).shape) != shape:
             raise ValueError(f"weights.{name} has shape {tuple(getattr(w, name).shape)}; with "
                              f"gate (E, H, I) = {(E, H, I)} it must be {shape}")
+    if w.gate.stride() != w.up.stride():
+        raise ValueError(f"weights.gate and weights.up must share one layout (strides "
+                         f"{w.gate.stride()} and {w.up.stride()}): the kernel walks both with "
+                         "the same strides. Make both .contiguous(), or transpose both alike.")
     if x.shape[1] != H:
         raise ValueError(f"x has {x.shape[1]} features but the experts take H = {H}")
 
@@ -260,6 +264,7 @@ def _check(x, w: MoEWeights) -> None:
 def experts_forward(x: torch.Tensor, d: Dispatch, w: MoEWeights, configs=(None, None)):
     """The experts for every sorted row of ``d``: gathered SwiGLU, then the down
     projection, two grouped launches. Returns ``(R, H)`` sorted rows."""
+    _check(x, w)
     h = grouped_swiglu(x, d.rows, d.counts, w.gate, w.up, configs[0])
     return grouped_matmul(h, d.counts, w.down, configs[1])
 

@@ -71,7 +71,7 @@ def grouped_gemm_kernel(a_ptr, rows_ptr, b_ptr, b2_ptr, c_ptr, counts_ptr, R, N,
                         stride_cm, stride_cn, R_BUCKET,
                         E_POW2: tl.constexpr, GATHER: tl.constexpr, SWIGLU: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
+                        GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
     """``C[r] = A[rows[r]] @ B[e]`` for every sorted row ``r`` of expert ``e``.
 
     With ``SWIGLU``, ``C[r] = silu(A[rows[r]] @ B[e]) * (A[rows[r]] @ B2[e])``: the gate
@@ -92,7 +92,10 @@ def grouped_gemm_kernel(a_ptr, rows_ptr, b_ptr, b2_ptr, c_ptr, counts_ptr, R, N,
     else:
         src = tl.where(real, offs_m, start)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    cols = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+    if EVEN_N:      # whole tiles: tell the compiler the columns are contiguous (16-byte loads)
+        cols = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
+    else:           # the last tile's extra columns re-read column N - 1 and are not stored
+        cols = tl.minimum(offs_n, N - 1)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + src.to(tl.int64)[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_off = expert.to(tl.int64) * stride_be + offs_k[:, None] * stride_bk \
@@ -178,8 +181,9 @@ def _triton_configs(space) -> list:
                           num_stages=c["num_stages"]) for c in space]
 
 
-_EVEN_K = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
-grouped_gemm_fixed = _EVEN_K(grouped_gemm_kernel)
+_EVEN = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0,
+                           "EVEN_N": lambda args: args["N"] % args["BLOCK_N"] == 0})
+grouped_gemm_fixed = _EVEN(grouped_gemm_kernel)
 # Keyed on rows (bucketed), the matmul's N and K, the expert count and the variant;
 # the dtypes are added by the autotuner itself.
 _TUNE_KEY = ["R_BUCKET", "N", "K", "E", "GATHER", "SWIGLU"]
@@ -198,6 +202,9 @@ def _launch(a, rows, b, b2, counts, config, tuned):
         return c
     if config is None and runtime.is_cpu():
         config = CPU_CONFIG
+    if config is not None and set(KEYS) - set(config):
+        raise ValueError(f"config lacks {sorted(set(KEYS) - set(config))}; it needs all of "
+                         f"{KEYS}")
     kernel = tuned if config is None else grouped_gemm_fixed
     extra = {} if config is None else {k: config[k] for k in KEYS}
 
@@ -219,6 +226,11 @@ def grouped_swiglu(x, rows, counts, w_gate, w_up, config: dict | None = None):
     ``w_gate`` and ``w_up`` ``(E, H, I)``; returns ``(R, I)``. Inputs are checked by
     :func:`helpers.kernels.moe.experts_forward`, which calls this.
     """
+    if w_gate.shape != w_up.shape or w_gate.stride() != w_up.stride():
+        raise ValueError(f"w_gate and w_up must have one shape and one layout (the kernel "
+                         f"walks both with the same strides); got shapes {tuple(w_gate.shape)}, "
+                         f"{tuple(w_up.shape)} and strides {w_gate.stride()}, {w_up.stride()}. "
+                         "Make both .contiguous(), or transpose both the same way.")
     return _launch(x, rows, w_gate, w_up, counts, config, grouped_swiglu_tuned)
 
 
@@ -232,6 +244,9 @@ def combine(y, position, weights, block_t: int = 16, block_h: int = 128):
     """``out[t] = sum_j weights[t, j] * y[position[t, j]]``: ``y`` is ``(R, H)`` sorted
     rows, ``position`` and ``weights`` ``(T, top_k)``; returns ``(T, H)`` in ``y``'s dtype."""
     T, top_k = position.shape
+    if not (position.is_contiguous() and weights.is_contiguous()) or weights.shape != position.shape:
+        raise ValueError(f"position and weights must be contiguous and of one shape (T, top_k); "
+                         f"got {tuple(position.shape)} and {tuple(weights.shape)}")
     H = y.shape[1]
     out = torch.empty((T, H), device=y.device, dtype=y.dtype)
     if T == 0:
