@@ -13,6 +13,8 @@ to bottom:
 * :func:`bytes_sent_per_rank`, :func:`exchange_ms`: the napkin math. Under uniform
   routing a copy stays home with probability ``1/world``; the rest cross the link, once
   there and once back.
+* :func:`plan` (route, dispatch, exchange the counts) and :func:`local_forward` (the
+  local experts on the rows received): the pieces both versions share.
 * :func:`ep_forward_sequential`: the layer in six steps. Route and dispatch locally (the
   single-GPU :func:`~helpers.kernels.moe.route` and
   :func:`~helpers.kernels.moe.dispatch`); count copies per destination rank; exchange
@@ -47,7 +49,8 @@ from .moe_grouped import combine, grouped_matmul, grouped_swiglu
 
 __all__ = [
     "local_experts", "shard_weights", "check_expert_parallel", "bytes_sent_per_rank",
-    "exchange_ms", "ep_forward_sequential", "ep_forward_overlapped",
+    "exchange_ms", "Plan", "plan", "local_forward", "ep_forward_sequential",
+    "ep_forward_overlapped",
 ]
 
 
@@ -173,14 +176,14 @@ def plan(x: torch.Tensor, w: MoEWeights, top_k: int, chunks: int = 1, group=None
     consecutive: each chunk's rows for rank ``i`` are one block, as
     ``all_to_all_single`` wants. One host sync, for the split sizes.
     """
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"chunks must be a positive whole number, got {chunks!r}")
     world = _world(group)
     per = check_expert_parallel(x, w, top_k, world)
-    if not (isinstance(chunks, int) and chunks >= 1):
-        raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
     E, T = w.router.shape[1], x.shape[0]
     weights, ids = route(x @ w.router, top_k)
     chunk = torch.arange(T, device=x.device) * chunks // max(T, 1)   # chunk of each token
-    d = dispatch(ids + E * chunk[:, None], chunks * E)             # one sort for all chunks
+    d = dispatch(ids + E * chunk[:, None], chunks * E, check=False)   # one sort, all chunks
     sent = d.counts.view(chunks, world, per)
     # Rank i's block of the counts goes to rank i: received[j] = what rank j sends me.
     received = torch.empty((world, chunks, per), dtype=sent.dtype, device=x.device)
@@ -223,9 +226,9 @@ def _exchange(out, inp, out_splits, in_splits, group, async_op):
                                   async_op=async_op)
 
 
-def _rows(n: int, like: torch.Tensor, width: int | None = None) -> torch.Tensor:
-    return torch.empty((n, like.shape[1] if width is None else width), dtype=like.dtype,
-                       device=like.device)
+def _rows(n: int, like: torch.Tensor) -> torch.Tensor:
+    """``n`` rows shaped, typed and placed like ``like``'s."""
+    return torch.empty((n, like.shape[1]), dtype=like.dtype, device=like.device)
 
 
 # --------------------------------------------------------------------------------------

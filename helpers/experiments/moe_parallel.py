@@ -1,0 +1,234 @@
+"""Lesson 08 beyond one GPU: expert parallelism over every GPU of this machine.
+
+One rank per GPU (:func:`helpers.parallel.launch`, NCCL, NVLink multicast off), each
+holding ``E / world`` experts and its own tokens. For each shape (many small experts,
+few large ones) and a few token counts per rank, every rank measures, in step with the
+others (a barrier before each run; a run lasts until the slowest rank is done, so the
+time kept is the largest over the ranks, then the median over runs):
+
+* ``sequential_ms``: :func:`~helpers.kernels.moe_parallel.ep_forward_sequential`, the
+  whole layer: route, exchange, experts, exchange back, combine;
+* ``overlapped_ms``: :func:`~helpers.kernels.moe_parallel.ep_forward_overlapped` with
+  ``chunks`` slices, the all-to-alls running under the experts' GEMMs;
+* ``all_to_all_ms``: the token rows' all-to-all alone (same split sizes), and the GB/s it
+  achieves on the bytes that leave each rank; ``experts_ms``: the local experts alone on
+  the rows received. Overlap can at best hide the exchanges behind the experts:
+  ``sequential ~ experts + 2 x all-to-all``, ``overlapped >= max(experts, 2 x all-to-all)``;
+* the napkin math: bytes each rank sends each way under uniform routing, and the least
+  time over NVLink at :data:`LINK_GB_PER_S`.
+
+Before timing, each shape is checked at the first token count: both versions against
+the single-GPU :func:`~helpers.kernels.moe.moe_forward` on all ranks' tokens with the full
+weights. ``moe_parallel(smoke=True)`` runs tiny sizes in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import subprocess
+import time
+
+import torch
+import torch.distributed as dist
+
+from .. import parallel, runtime
+from ..dtypes import dtype_key, torch_dtype
+from ..kernels import moe
+from ..kernels import moe_parallel as ep
+from . import experiment
+
+DTYPE = "bf16"
+SHAPES = (moe.MANY_SMALL, moe.FEW_LARGE)
+TOKENS = (1024, 4096, 16384)       # per rank
+CHUNKS = 4
+WARMUP, ITERS = 3, 10
+# NVLink 4 on an H100 or H200 SXM: 18 links x 25 GB/s = 450 GB/s out of each GPU (NVIDIA
+# H100 datasheet: "NVLink: 900GB/s", both directions together).
+LINK_GB_PER_S = 450.0
+SMOKE = {"shapes": [("smoke", 8, 2, 256, 512)], "tokens": [64, 256], "warmup": 1, "iters": 3}
+
+
+def sizes(smoke: bool = False, chunks: int = CHUNKS) -> dict:
+    """What one run measures: shapes as ``(name, E, top_k, H, I)``, tokens per rank, runs."""
+    cfg = {"dtype": DTYPE, "chunks": chunks, "warmup": WARMUP, "iters": ITERS, "smoke": smoke,
+           "tokens": list(TOKENS), "link_gb_per_s": LINK_GB_PER_S,
+           "shapes": [(s.name, s.experts, s.top_k, s.hidden, s.width) for s in SHAPES]}
+    return {**cfg, **SMOKE} if smoke else cfg
+
+
+# --------------------------------------------------------------------------------------
+# In each rank.
+# --------------------------------------------------------------------------------------
+
+
+def _weights(E, H, I, dtype, device, seed=0) -> moe.MoEWeights:
+    """:func:`~helpers.kernels.moe.make_weights`' scaling, drawn on the device (the few
+    large experts are 1.4 G numbers; the CPU's generator would take a while): every rank
+    draws the same full weights."""
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def normal(*shape, fan_in):
+        return torch.randn(*shape, generator=g, device=device, dtype=dtype) / math.sqrt(fan_in)
+
+    return moe.MoEWeights(normal(H, E, fan_in=H), normal(E, H, I, fan_in=H),
+                          normal(E, H, I, fan_in=H), normal(E, I, H, fan_in=I))
+
+
+def _tokens(rank, T, H, dtype, device) -> torch.Tensor:
+    g = torch.Generator(device=device).manual_seed(1000 + rank)
+    return torch.randn(T, H, generator=g, device=device, dtype=dtype)
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _slowest(values: list, device) -> list:
+    """Each value's largest over the ranks (a collective step ends with its slowest rank)."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def _time_ms(fn, cfg, device) -> float:
+    """Median over runs of the slowest rank's time; all ranks start each run together."""
+    for _ in range(cfg["warmup"]):
+        fn()
+    times = []
+    for _ in range(cfg["iters"]):
+        _sync(device)
+        dist.barrier()
+        if device.type == "cuda":
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(_slowest(times, device))
+
+
+def _check(rank, world, w, shard, top_k, T, dtype, device) -> dict:
+    """Both versions against one-GPU moe_forward on every rank's tokens, full weights."""
+    H = w.router.shape[0]
+    x_all = torch.cat([_tokens(r, T, H, dtype, device) for r in range(world)])
+    want = moe.moe_forward(x_all, w, top_k)[rank * T:(rank + 1) * T].float()
+    x = x_all[rank * T:(rank + 1) * T]
+    atol, rtol = moe.TOLERANCES[dtype]
+    errs, bad = [], 0.0
+    for f in (ep.ep_forward_sequential, ep.ep_forward_overlapped):
+        err = (f(x, shard, top_k).float() - want).abs()
+        errs.append(err.max().item() if err.numel() else 0.0)
+        bad = max(bad, float(not bool((err <= atol + rtol * want.abs()).all())))
+    seq, ovl, bad = _slowest([*errs, bad], device)
+    return {"max_abs_err_sequential": seq, "max_abs_err_overlapped": ovl, "atol": atol,
+            "rtol": rtol, "ok": bad == 0.0}
+
+
+def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
+    H, I = shard.router.shape[0], shard.gate.shape[2]
+    x = _tokens(rank, T, H, dtype, device)
+    chunks = cfg["chunks"]
+    seq_ms = _time_ms(lambda: ep.ep_forward_sequential(x, shard, top_k), cfg, device)
+    ovl_ms = _time_ms(lambda: ep.ep_forward_overlapped(x, shard, top_k, chunks), cfg, device)
+    p = ep.plan(x, shard, top_k)
+    send, recv = p.send_splits[0], p.recv_splits[0]
+    x_recv = torch.empty((sum(recv), H), dtype=dtype, device=device)
+    a2a_ms = _time_ms(lambda: dist.all_to_all_single(x_recv, p.send, recv, send), cfg, device)
+    experts_ms = _time_ms(lambda: ep.local_forward(x_recv, p.recv_counts[:, 0], shard), cfg,
+                          device)
+    row_bytes = H * x.element_size()
+    # Measured: the bytes that leave the busiest sender, the rows of the busiest receiver.
+    away, rows_in = _slowest([(sum(send) - send[rank]) * row_bytes, sum(recv)], device)
+    mean_in = T * top_k
+    expected = ep.bytes_sent_per_rank(T, top_k, H, world, dtype)
+    return {
+        "tokens_per_rank": T, "sequential_ms": seq_ms, "overlapped_ms": ovl_ms,
+        "speedup": seq_ms / ovl_ms, "all_to_all_ms": a2a_ms,
+        "all_to_all_gb_per_s": away / (a2a_ms * 1e-3) / 1e9 if a2a_ms > 0 else None,
+        "experts_ms": experts_ms,
+        "experts_tflops": moe.expert_flops(int(rows_in), H, I) / (experts_ms * 1e-3) / 1e12
+        if experts_ms > 0 else None,
+        "bytes_sent_per_rank": away, "bytes_sent_per_rank_uniform": expected,
+        "napkin_exchange_ms": ep.exchange_ms(T, top_k, H, world, dtype, cfg["link_gb_per_s"]),
+        "rows_received_max": int(rows_in), "rows_received_mean": mean_in,
+    }
+
+
+def bench_ranks(rank: int, world: int, cfg: dict) -> dict | None:
+    """One rank's part of the experiment; rank 0 returns the results."""
+    device = torch.device(runtime.device(), rank) if runtime.is_gpu() else torch.device("cpu")
+    dtype = torch_dtype(cfg["dtype"])
+    out = {"cases": [], "checks": []}
+    for name, E, top_k, H, I in cfg["shapes"]:
+        w = _weights(E, H, I, dtype, device)
+        shard = ep.shard_weights(w, rank, world)
+        shape = {"shape": name, "experts": E, "top_k": top_k, "hidden": H, "width": I}
+        check = _check(rank, world, w, shard, top_k, cfg["tokens"][0], dtype, device)
+        out["checks"].append({**shape, "tokens_per_rank": cfg["tokens"][0], **check})
+        del w
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        for T in cfg["tokens"]:
+            out["cases"].append({**shape, **_case(rank, world, shard, top_k, T, cfg, dtype,
+                                                   device)})
+        del shard
+    return out if rank == 0 else None
+
+
+# --------------------------------------------------------------------------------------
+# In the launching process.
+# --------------------------------------------------------------------------------------
+
+
+def _command(*args) -> str | None:
+    try:
+        done = subprocess.run(list(args), capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def link_report() -> dict:
+    """What joins the GPUs, as far as a cheap look tells: names, NCCL, ``nvidia-smi topo -m``
+    (NV18 between two GPUs: 18 NVLinks)."""
+    nccl = torch.cuda.nccl.version() if dist.is_nccl_available() else None
+    return {"gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
+            "topology": _command("nvidia-smi", "topo", "-m")}
+
+
+def run(world: int, cfg: dict) -> dict:
+    """Launch ``world`` ranks on ``cfg`` and collect rank 0's results, with the sizes."""
+    start = time.perf_counter()
+    # A rank may wait for another's first compile and autotuning: collectives get 15 minutes.
+    results = parallel.launch(bench_ranks, world, cfg, timeout_s=900)[0]
+    return {"world": world, "sizes": cfg, "dtype": dtype_key(cfg["dtype"]), **results,
+            "seconds": time.perf_counter() - start}
+
+
+def default_world(gpus: int, experts) -> int:
+    """The most GPUs, at most ``gpus``, that split every shape's experts evenly."""
+    return max(w for w in range(1, gpus + 1) if all(e % w == 0 for e in experts))
+
+
+@experiment("moe_parallel")
+def moe_parallel(smoke: bool = False, world: int | None = None, chunks: int = CHUNKS) -> dict:
+    """Expert parallelism on ``world`` GPUs (default: as many of this machine's as split
+    the experts evenly; at least 2). A few minutes on 2 to 8 H100s; seconds with ``smoke``."""
+    runtime.require_gpu("timing expert parallelism")
+    cfg = sizes(smoke, chunks)
+    have = torch.cuda.device_count()
+    world = default_world(have, [s[1] for s in cfg["shapes"]]) if world is None else world
+    if not 2 <= world <= have:
+        raise runtime.NeedsGPUError(
+            f"expert parallelism is measured on 2 or more GPUs of one machine; this one has "
+            f"{have} and {world} ranks were asked for. Run it where torch.cuda.device_count() "
+            ">= 2 (tests/gpu/device.sh record moe_parallel on a multi-GPU machine).")
+    return {**run(world, cfg), "link": link_report()}
