@@ -32,6 +32,30 @@ def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
+def spread(runs) -> dict:
+    """Several medians of one thing as ``{"ms": their median, "ms_min", "ms_max", "runs"}``
+    (``runs`` in the order they were taken)."""
+    runs = [float(r) for r in runs]
+    if not runs:
+        raise ValueError("spread() needs at least one timing")
+    ordered, mid = sorted(runs), len(runs) // 2
+    median = ordered[mid] if len(runs) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {"ms": median, "ms_min": ordered[0], "ms_max": ordered[-1], "runs": runs}
+
+
+def time_rounds(fns: dict[str, Callable[[], object]], rounds: int = 3, **options) -> dict:
+    """:func:`time_ms` of every ``name -> fn``, ``rounds`` times, in turn (A B C, A B C, ...),
+    so a GPU that warms up and slows down over the run slows all of them alike.
+
+    Returns ``name -> spread(...)``: the median of the rounds' medians and their range.
+    """
+    runs: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            runs[name].append(time_ms(fn, **options))
+    return {name: spread(r) for name, r in runs.items()}
+
+
 def gbps(nbytes: float, ms: float) -> float:
     """Bytes moved in ``ms`` milliseconds as GB/s (10^9 bytes per second)."""
     _check_time(ms)

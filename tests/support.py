@@ -33,3 +33,14 @@ def assert_unanswered(feedback) -> None:
     """An exercise left as ``answer = ...`` gets "no answer yet": not a pass, not a crash."""
     assert not feedback and feedback.status == "not implemented", feedback
     assert "no answer yet" in feedback.message, feedback.message
+
+
+def committed_record(name: str):
+    """The committed GPU record of experiment ``name``; skips the test until there is one."""
+    import pytest
+
+    from helpers import records
+
+    if not records.available(name):
+        pytest.skip(f"no {name} record committed yet: run ./course record {name} on a GPU")
+    return records.load(name)

@@ -86,6 +86,17 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
     # total: read 5MN + 2M, write 3MN + 2M elements
 
 
+def naive_softmax_keepdim(x: torch.Tensor) -> torch.Tensor:
+    """:func:`naive_softmax` spelled with ``keepdim=True``: the same five ops and bytes in
+    eager mode, but the graph ``torch.compile`` sees is amax(keepdim) -> sub -> exp ->
+    sum(keepdim), the pattern Inductor rewrites into an online softmax on a GPU
+    (``torch._inductor.config.online_softmax``). ``[:, None]`` after a plain ``amax`` adds
+    an unsqueeze between the ops, and the pattern no longer matches."""
+    x_max = x.amax(dim=1, keepdim=True)
+    numerator = torch.exp(x - x_max)
+    return numerator / numerator.sum(dim=1, keepdim=True)
+
+
 # --------------------------------------------------------------------------------------
 # Kernels.
 # --------------------------------------------------------------------------------------
