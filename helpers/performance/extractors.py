@@ -1,0 +1,321 @@
+"""One extractor per experiment: a record -> the rows that represent it in the report.
+
+Each reads the fields its experiment (:mod:`helpers.experiments`) writes, through
+:class:`~helpers.performance.rows.Fields`, so that a record without one of them stops the
+report with the record and the field named. The rows: a lesson's representative shapes
+(those its targets name, or a few across its sweep), geometric means where a target is
+set over a whole sweep, and every row that misses a target.
+"""
+
+from __future__ import annotations
+
+from ..plots import attention as attention_plots
+from ..plots import autotuning as autotuning_plots
+from .rows import (Context, RecordFieldError, Row, Value, by_peak, by_ratio, check_of, count,
+                   geomean_of, rate_of, ratio_of, summary, timing, versions)
+from .targets import TARGETS
+
+
+def memory_wall(rec) -> list[Row]:
+    """Lesson 01: each Triton kernel beside the PyTorch op it stands for (1 GiB fp32)."""
+    ctx = Context(rec)
+    rows = []
+    for part in list(ctx.res["ops"]) + [ctx.res["fusion"]]:
+        cmp = part["comparison"]
+        op, base = cmp["title"].split(",")[0], cmp["baseline"]
+        shape = " x ".join(count(n) for n in part["shape"]) + f" {part['dtype']}"
+        for r in cmp["rows"]:
+            if r["name"] != base:
+                target = [("copy", by_peak)] if "op" in part and part["op"] == "copy" else []
+                rows.append(versions(ctx, cmp, r["name"], base, f"{op}: {r['name']}", shape,
+                                     "GB/s", verdicts=target))
+    return rows
+
+
+def vector_add(rec) -> list[Row]:
+    """Lesson 03: the vector add at the largest size, each dtype, beside ``torch.add``."""
+    ctx = Context(rec)
+    big = ctx.res["big_n"]
+    rows = []
+    for r in ctx.res["sizes"].where_(n=big) or [ctx.res["sizes"].one(n=big)]:
+        ours, base = Value(r["triton_gbps"], "GB/s"), Value(r["torch_gbps"], "GB/s")
+        rows.append(ctx.row(f"vector add (Triton, block {r['block_size']})",
+                            f"n = {count(big)} {r['dtype']}", "torch.add", ours, base,
+                            ratio_of(r["triton_ms"], r["torch_ms"]),
+                            verdicts=[("vector_add", by_peak)]))
+    return rows
+
+
+TILING_TARGETS = {4096: "matmul_4096", 8192: "matmul_8192"}   # n -> its target
+
+
+def tiling(rec) -> list[Row]:
+    """Lesson 04: ``matmul()`` (the ladder's last rung) beside cuBLAS where targets are set."""
+    ctx = Context(rec)
+    rows = []
+    for dtype in ctx.res["dtypes"]:
+        for n, target in TILING_TARGETS.items():
+            r = ctx.res["ladder"].one(step="best", dtype=dtype, n=n)
+            rows.append(ctx.row(f"matmul() ({r['config']['version']})", f"{n}^3 {dtype}",
+                                "torch.matmul (cuBLAS)", Value(r["tflops"], "TFLOP/s"),
+                                Value(r["cublas_tflops"], "TFLOP/s"),
+                                ratio_of(r["ms"], r["cublas_ms"]), dtype, [(target, by_ratio)]))
+    return rows
+
+
+FUSED_SOFTMAX, ONLINE_SOFTMAX, V1_SOFTMAX = "fused Triton", "online, two passes", \
+    "row in registers (v1)"
+NAIVE_SOFTMAX, COMPILED_SOFTMAX = "naive (5 PyTorch ops)", "torch.compile(naive)"
+COMPILED = "torch.compile(eager)"
+# Lesson 05's other fusions: (record part, op, our version, baselines, targets per baseline).
+FUSIONS = (
+    ("bias_gelu", "bias + GELU", "fused Triton (v1, flat)", (None, COMPILED),
+     {None: [("bias_gelu_vs_eager", by_ratio)]}),
+    ("swiglu", "SwiGLU", "fused Triton", (None, COMPILED), {}),
+    ("rmsnorm", "residual add + RMSNorm", "fused Triton", (None, "add + F.rms_norm", COMPILED),
+     {None: [("rmsnorm_vs_eager", by_ratio)]}),
+)
+
+
+def fusion(rec) -> list[Row]:
+    """Lesson 05: fused softmax (smallest, middle and largest N of each dtype, and geometric
+    means over the sweep), the longest rows, and each fused chain beside eager PyTorch and
+    ``torch.compile``. ``None`` as a baseline: the entry's own (eager PyTorch)."""
+    ctx = Context(rec)
+    res, rows = ctx.res, []
+    soft = list(res["softmax"])
+    ns = sorted({e["n"] for e in soft})
+    for e in soft:
+        if e["n"] in (ns[0], ns[len(ns) // 2], ns[-1]):
+            rows.append(versions(ctx, e, FUSED_SOFTMAX, e["baseline"],
+                                 f"softmax: {FUSED_SOFTMAX}", f"{e['m']} x {e['n']} {e['dtype']}",
+                                 "GB/s"))
+    sweep = f"M = {soft[0]['m']}, N = {ns[0]} to {ns[-1]}, {len(soft)} shapes"
+    for base, target in ((soft[0]["baseline"], "softmax_vs_torch"),
+                         (NAIVE_SOFTMAX, "softmax_vs_naive"), (COMPILED_SOFTMAX, "")):
+        ratio = geomean_of(ratio_of(timing(e["rows"].one(name=FUSED_SOFTMAX), checked=True),
+                                    timing(e["rows"].one(name=base))) for e in soft)
+        rows.append(summary(ctx, f"softmax: {FUSED_SOFTMAX} (geometric mean)", sweep, base,
+                            ratio, target))
+    longest = max(res["softmax_long_rows"], key=lambda e: e["n"])
+    for ours in (V1_SOFTMAX, ONLINE_SOFTMAX):
+        rows.append(versions(ctx, longest, ours, longest["baseline"], f"softmax: {ours}",
+                             f"{longest['m']} x {longest['n']} {longest['dtype']}", "GB/s"))
+    copy_gbps = res["copy"]["gbps"]
+    for part, op, ours, baselines, targets in FUSIONS:
+        e = res[part]
+        shape = " x ".join(str(n) for n in e["shape"]) + f" {e['dtype']}"
+        for base in baselines:
+            extra = targets.get(base, [])
+            if part == "rmsnorm" and base is None:
+                extra = extra + [("rmsnorm_vs_copy", lambda r: r.ours.number and
+                                  r.ours.number / copy_gbps)]
+            rows.append(versions(ctx, e, ours, base or e["baseline"], f"{op}: {ours}", shape,
+                                 "GB/s", verdicts=extra))
+    return rows
+
+
+def attention(rec) -> list[Row]:
+    """Lesson 06: forward and backward beside FlashAttention-2 (SDPA flash) at the target
+    length, causal or not, and cuDNN there; plus every length that misses a target."""
+    from ..experiments.attention import OURS
+
+    ctx = Context(rec)
+    dtype, d = attention_plots.TARGET_DTYPE, attention_plots.TARGET_HEAD_DIM
+    tflops_at = attention_plots.FORWARD_TFLOPS[1]
+    start = {"forward": attention_plots.FORWARD_VS_FLASH[1],
+             "backward": attention_plots.BACKWARD_VS_FLASH[1]}
+    ctx.res["tflops"].one(dtype=dtype, head_dim=d, seq=tflops_at)   # the target's length is there
+    rows = []
+    for e in ctx.res["tflops"].where_(dtype=dtype, head_dim=d):
+        pass_, causal, n = e["pass"], e["causal"], e["seq"]
+        check = ctx.res["checks"].one(dtype=dtype, head_dim=d, causal=causal)
+        wrong = check_of(check["rows"].one(name=OURS), f"{pass_}_ok")
+        shape = (f"B={e['batch']} H={e['heads']} N={n} d={d} {dtype}"
+                 + (", causal" if causal else ""))
+        targets = [(f"attention_{pass_}", by_ratio)] if n >= start[pass_] else []
+        if pass_ == "forward" and not causal and n == tflops_at:
+            targets.append(("attention_tflops", lambda r: r.ours.number))
+        for base in (attention_plots.FLASH, attention_plots.CUDNN):
+            row = versions(ctx, e, OURS, base, f"attention {pass_}: {OURS}", shape, "TFLOP/s",
+                           dtype, targets if base == attention_plots.FLASH else (), wrong)
+            if n == tflops_at and (base == attention_plots.FLASH or not causal) or row.missed:
+                rows.append(row)
+    return rows
+
+
+TUNED = "matmul_tuned (autotuned)"
+TUNED_SHOWN = ("square 4096", "square 8192", "one row", "skinny MLP")   # labels of the sweep
+TUNED_SQUARE = 8192            # the size of lesson 07's 8192^3 target
+
+
+def autotuning(rec) -> list[Row]:
+    """Lesson 07: the tuned kernel beside ``torch.matmul`` on a few of the sweep's shapes and
+    every shape below the floor, the sweep's geometric means, and the tuning cache's cost."""
+    ctx = Context(rec)
+    res, rows = ctx.res, []
+    shapes = list(res["shapes"])
+    for s in shapes:
+        dims = (s["M"], s["N"], s["K"])
+        target = "tuned_8192" if dims == (TUNED_SQUARE,) * 3 else "tuned_floor"
+        row = ctx.row(TUNED, f"{'x'.join(map(str, dims))} {s['dtype']}",
+                      "torch.matmul", Value(s["tuned_tflops"], "TFLOP/s"),
+                      Value(s["torch_tflops"], "TFLOP/s"), ratio_of(s["tuned_ms"], s["torch_ms"]),
+                      s["dtype"], [(target, by_ratio)])
+        if s["label"] in TUNED_SHOWN or row.missed:
+            rows.append(row)
+    sweep = f"{len(shapes)} shapes x dtypes"
+    rows.append(summary(ctx, f"{TUNED} (geometric mean)", sweep, "torch.matmul",
+                        geomean_of(ratio_of(s["tuned_ms"], s["torch_ms"]) for s in shapes),
+                        "tuned_geomean"))
+    fixed = f"lesson 04's setting ({autotuning_plots.describe(res['fixed'].value)})"
+    rows.append(summary(ctx, f"{TUNED} (geometric mean)", sweep, fixed,
+                        geomean_of(ratio_of(s["tuned_ms"], s["fixed_ms"]) for s in shapes),
+                        "tuned_vs_fixed"))
+    t = res["tuning_time"]
+    cached, untuned = (Value(t[f"{k}_s"], "s", low=min(t[f"{k}_runs_s"]),
+                             high=max(t[f"{k}_runs_s"])) for k in ("cached", "untuned"))
+    rows.append(ctx.row(f"{TUNED}: a fresh process, tuning cache on disk",
+                        f"every call of the sweep ({sweep}); median of "
+                        f"{len(t['cached_runs_s'])} processes",
+                        "a fresh process with lesson 04's setting (never tunes)", cached, untuned,
+                        ratio_of(cached.number, untuned.number),
+                        verdicts=[("tuning_cache", lambda r: r.ours.number / r.base.number)]))
+    return rows
+
+
+def moe(rec) -> list[Row]:
+    """Lesson 08: the experts as one grouped GEMM beside the per-expert loop,
+    ``torch._grouped_mm`` (its faster weight layout) and a dense matmul of the same FLOPs at
+    each shape's smallest and largest token count, and the whole layer beside the loop at
+    the largest; every token count that misses a target; a part of the experiment that
+    failed, as a row that says so."""
+    from ..experiments import moe as m
+
+    ctx = Context(rec)
+    res, rows = ctx.res, []
+    dtype = res["config"]["dtype"]
+    for part in ("checks", "experts", "layer"):
+        rows += [ctx.row(f"MoE {part}", "a part that failed", "", Value(None, "TFLOP/s", "failed"),
+                         None, None) for e in res[part] if "error" in e]
+    for key in res["config"]["shapes"].value:
+        s = res["config"]["shapes"][key]
+        shape = f"{key} (E={s['experts']}, top-{s['top_k']}, H={s['hidden']}, I={s['width']})"
+        checks = res["checks"].where_(shape=key)
+        wrong = {part: check_of(checks[0][part].one(name=m.OURS)) if checks else ""
+                 for part in ("experts", "layer")}
+        found = res["experts"].where_(shape=key) or [res["experts"].one(shape=key)]
+        shown = {min(e["tokens"] for e in found), max(e["tokens"] for e in found)}
+        for e in found:
+            gmm = [v for v in e["versions"] if v["name"] in m.GMM.values()]
+            gmm = min(gmm, key=lambda v: timing(v) or float("inf"))["name"]
+            for base, target in ((m.LOOP, ""), (gmm, f"moe_vs_grouped_mm_{key}"),
+                                 (m.DENSE, "moe_vs_dense")):
+                row = versions(ctx, e, m.OURS, base, f"MoE experts: {m.OURS}",
+                               f"{shape}, T={e['tokens']} {dtype}", "TFLOP/s", dtype,
+                               _if_set(target), wrong["experts"])
+                if e["tokens"] in shown or row.missed:
+                    rows.append(row)
+        for e in res["layer"].where_(shape=key):
+            row = versions(ctx, e, m.OURS, m.LOOP, f"MoE layer: {m.OURS}",
+                           f"{shape}, T={e['tokens']} {dtype}", "TFLOP/s", dtype,
+                           _if_set(f"moe_layer_{key}"), wrong["layer"])
+            if e["tokens"] == max(shown) or row.missed:
+                rows.append(row)
+    return rows
+
+
+def _if_set(target: str) -> list:
+    """A ratio's target, where the course sets one (lesson 08's are per shape)."""
+    return [(target, by_ratio)] if target in TARGETS else []
+
+
+COALESCING = (("copy, strips of rows (coalesced)", "PyTorch y.copy_(x)"),
+              ("copy, strips of columns (strided)", "PyTorch y.copy_(x)"),
+              ("transpose, strips (reads coalesced, writes strided)", "PyTorch y.copy_(x.t())"),
+              ("transpose, 2-D tiles (both coalesced)", "PyTorch y.copy_(x.t())"))
+
+
+def memory_levels(rec) -> list[Row]:
+    """Lesson 01's second experiment: the copy and transpose kernels, coalesced or strided,
+    beside PyTorch's copies of the same matrix. (Its L2 read loop has no baseline.)"""
+    ctx = Context(rec)
+    c = ctx.res["coalescing"]
+    shape = f"{c['n']} x {c['n']} {c['dtype']}"
+    return [versions(ctx, c, ours, base, ours, shape, "GB/s") for ours, base in COALESCING]
+
+
+TORCH_TF32, TORCH_FP32 = "torch.matmul, TF32 (allow_tf32=True)", \
+    "torch.matmul, full fp32 (allow_tf32=False)"
+
+
+def tf32(rec) -> list[Row]:
+    """Lesson 04's second experiment: fp32 inputs. The fastest ``tl.dot`` TF32 setting beside
+    ``torch.matmul`` with TF32 on, and ``tl.dot`` in true fp32 beside full-fp32 cuBLAS."""
+    ctx = Context(rec)
+    res, n = ctx.res, ctx.res["n"]
+    tuned = res["rows"].where_(kind="triton tf32") or [res["rows"].one(kind="triton tf32")]
+    fastest = min(tuned, key=lambda r: r["ms"])
+    ieee = res["rows"].one(kind="triton ieee")
+    return [versions(ctx, res, fastest["name"], TORCH_TF32, f"{fastest['name']} (fastest of "
+                     f"{len(tuned)})", f"{n}^3 fp32 inputs", "TFLOP/s", "tf32"),
+            versions(ctx, res, ieee["name"], TORCH_FP32, ieee["name"], f"{n}^3 fp32", "TFLOP/s",
+                     "fp32")]
+
+
+EPILOGUE = ("Triton, leaky_relu in the epilogue (1 kernel)",
+            "cuBLAS, then F.leaky_relu (2 kernels)")
+
+
+def fusion_more(rec) -> list[Row]:
+    """Lesson 05's second experiment: a matmul with its activation fused in the epilogue
+    beside cuBLAS and a separate ``F.leaky_relu``, at each size; and the fused softmax beside
+    both ``torch.compile`` spellings of the five-op softmax, at the smallest and largest N."""
+    from ..experiments.fusion_more import SPELLINGS
+
+    ctx = Context(rec)
+    ours, base = EPILOGUE
+    rows = [versions(ctx, e, ours, base, f"matmul + leaky_relu: {ours}",
+                     f"{e['n']}^3 {e['dtype']}", "TFLOP/s", e["dtype"])
+            for e in ctx.res["epilogue"]]
+    spellings = list(ctx.res["spellings"])
+    ns = {min(e["n"] for e in spellings), max(e["n"] for e in spellings)}
+    for e in (e for e in spellings if e["n"] in ns):
+        shape = f"{e['m']} x {e['n']} {e['dtype']}"
+        for name in SPELLINGS:
+            if "error" in e["code"][name]:      # it did not compile: nothing was timed
+                ours_value = rate_of(e["rows"].one(name=FUSED_SOFTMAX), "GB/s",
+                                     e["compulsory_bytes"], checked=True)
+                rows.append(ctx.row(f"softmax: {FUSED_SOFTMAX}", shape, name, ours_value,
+                                    Value(None, "GB/s", "failed to compile"), None))
+                continue
+            rows.append(versions(ctx, e, FUSED_SOFTMAX, name, f"softmax: {FUSED_SOFTMAX}", shape,
+                                 "GB/s", nbytes=e["compulsory_bytes"]))
+    return rows
+
+
+EXTRACTORS = {"memory_wall": memory_wall, "memory_levels": memory_levels,
+              "vector_add": vector_add, "tiling": tiling, "tf32": tf32, "fusion": fusion,
+              "fusion_more": fusion_more, "attention": attention, "autotuning": autotuning,
+              "moe": moe}
+# A lesson's further experiments: the topic of the lesson each belongs to.
+TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fusion",
+            "attention_tiles": "attention", "moe_parallel": "moe"}
+# Records with no course kernel timed beside a baseline, and why.
+NOT_REPORTED = {
+    "roofline": "PyTorch's and cuBLAS's own ops placed on the roofline: no course kernel",
+    "probes": "the copy and matmul ceilings, measured with PyTorch alone",
+    "attention_tiles": "lesson 06's kernels under each tile setting: a sweep with no baseline",
+    "moe_parallel": "expert parallelism across the GPUs of one machine, not one GPU's kernels",
+}
+
+
+def extract(rec) -> list[Row]:
+    """The rows that represent ``rec`` (none for the kinds in :data:`NOT_REPORTED`)."""
+    if rec.name in NOT_REPORTED:
+        return []
+    if rec.name not in EXTRACTORS:
+        raise RecordFieldError(
+            f"the report has no extractor for the {rec.name!r} record: add one to EXTRACTORS in "
+            "helpers/performance/extractors.py, or list it in NOT_REPORTED with the reason")
+    return EXTRACTORS[rec.name](rec)

@@ -1,0 +1,144 @@
+"""What the course asks of each comparison the performance report shows, and where it says so.
+
+A goal stated in a lesson's notebook or held by a record test is written down here once,
+with its source; a goal that already lives in code (lesson 06's and 07's, in their plots
+modules, which their record tests use) is taken from there, so the two cannot drift apart.
+``tests/test_performance.py`` also checks that the report's verdicts agree with each
+lesson's own ``targets()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from .. import hardware
+from ..plots import attention as _AP
+from ..plots import autotuning as _AT
+
+
+def number(v: float) -> str:
+    """A figure for a table: whole numbers from 100 up, three significant digits below."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+@dataclass(frozen=True)
+class Target:
+    goal: float
+    unit: str          # "x": times the baseline's speed; "%": a fraction; else a rate's unit
+    what: str          # the comparison, with "{goal}" where the goal goes
+    source: str        # where the course states it
+    at_most: bool = False
+    gpus: tuple = ()   # the GPUs the course holds to it (empty: every GPU)
+
+    def met(self, value: float | None) -> bool:
+        if value is None:
+            return False
+        return value <= self.goal if self.at_most else value >= self.goal
+
+    def show(self, value: float) -> str:
+        """A measured value in the target's unit."""
+        if self.unit == "%":
+            return f"{100 * value:.0f}%"
+        return f"{value:.2f}x" if self.unit == "x" else f"{number(value)}{self.unit}"
+
+    @property
+    def text(self) -> str:
+        """The goal: ``≥ 0.95x``, ``≥ 85%``, ``≤ 1.1x``, ``≥ 450 TFLOP/s``."""
+        goal = f"{100 * self.goal:g}%" if self.unit == "%" else f"{self.goal:g}{self.unit}"
+        return f"{'≤' if self.at_most else '≥'} {goal}"
+
+    @property
+    def described(self) -> str:
+        return self.what.format(goal=self.text)
+
+
+_H100 = ("H100-SXM",)
+_HOPPER = tuple(k for k, gpu in hardware.GPUS.items() if gpu.architecture == "Hopper")
+_AT_TESTS = "tests/test_autotuning.py::test_target_"
+_FUSION = "helpers/plots/fusion.py, targets(); tests/test_fusion.py"
+TARGETS = {
+    "copy": Target(0.85, "%", "lesson 01's copy kernel: {goal} of the datasheet HBM bandwidth",
+                   "notebooks/01_memory_wall.ipynb, 'The target'; tests/test_memory_wall.py::"
+                   "test_recorded_copy_reaches_85_percent_of_peak"),
+    "vector_add": Target(0.85, "%", "lesson 03's vector add at 2^28 elements: {goal} of the "
+                         "datasheet HBM bandwidth", "notebooks/03_vector_add_intensity.ipynb, "
+                         "'The target'; tests/test_vector_add.py::"
+                         "test_bandwidth_at_2_28_is_near_the_datasheet_peak"),
+    "matmul_4096": Target(0.90, "x", "lesson 04's matmul() at 4096^3, fp16 and bf16: {goal} "
+                          "the speed of torch.matmul", "notebooks/04_tiling.ipynb, 'The target'",
+                          gpus=_HOPPER),
+    "matmul_8192": Target(0.95, "x", "lesson 04's matmul() at 8192^3, fp16 and bf16: {goal} "
+                          "the speed of torch.matmul", "notebooks/04_tiling.ipynb, 'The target'",
+                          gpus=_HOPPER),
+    "softmax_vs_torch": Target(1.0, "x", "lesson 05's fused softmax: {goal} the speed of "
+                               "torch.softmax, geometric mean over the sweep", _FUSION),
+    "softmax_vs_naive": Target(3.0, "x", "lesson 05's fused softmax: {goal} the speed of the "
+                               "naive 5-op softmax, geometric mean over the sweep", _FUSION),
+    "rmsnorm_vs_eager": Target(1.5, "x", "lesson 05's fused residual add + RMSNorm: {goal} the "
+                               "speed of eager PyTorch", _FUSION),
+    "rmsnorm_vs_copy": Target(0.8, "%", "lesson 05's fused residual add + RMSNorm: {goal} of "
+                              "the copy bandwidth recorded beside it", _FUSION),
+    "bias_gelu_vs_eager": Target(2.0, "x", "lesson 05's fused bias + GELU: {goal} the speed "
+                                 "of eager PyTorch", _FUSION),
+    "attention_forward": Target(
+        _AP.FORWARD_VS_FLASH[0], "x", f"lesson 06's forward, {_AP.TARGET_DTYPE}, d = "
+        f"{_AP.TARGET_HEAD_DIM}, from N = {_AP.FORWARD_VS_FLASH[1]}, causal or not: {{goal}} "
+        "the speed of SDPA flash", "helpers/plots/attention.py, FORWARD_VS_FLASH; "
+        "tests/test_attention_record.py::test_record_meets_the_lessons_targets"),
+    "attention_backward": Target(
+        _AP.BACKWARD_VS_FLASH[0], "x", f"lesson 06's backward, {_AP.TARGET_DTYPE}, d = "
+        f"{_AP.TARGET_HEAD_DIM}, from N = {_AP.BACKWARD_VS_FLASH[1]}, causal or not: {{goal}} "
+        "the speed of SDPA flash", "helpers/plots/attention.py, BACKWARD_VS_FLASH; "
+        "tests/test_attention_record.py::test_record_meets_the_lessons_targets"),
+    "attention_tflops": Target(
+        _AP.FORWARD_TFLOPS[0], " TFLOP/s", f"lesson 06's forward at N = {_AP.FORWARD_TFLOPS[1]}"
+        ", non-causal: {goal}", "helpers/plots/attention.py, FORWARD_TFLOPS; "
+        "tests/test_attention_record.py::test_record_meets_the_lessons_targets"),
+    "tuned_geomean": Target(_AT.GEOMEAN_VS_TORCH, "x", "lesson 07's tuned matmul over its "
+                            "sweep: {goal} the speed of torch.matmul, geometric mean",
+                            f"helpers/plots/autotuning.py, GEOMEAN_VS_TORCH; {_AT_TESTS}"
+                            "geomean_vs_torch", gpus=_H100),
+    "tuned_floor": Target(_AT.FLOOR_VS_TORCH, "x", "lesson 07's tuned matmul on every shape of "
+                          "its sweep: {goal} the speed of torch.matmul",
+                          f"helpers/plots/autotuning.py, FLOOR_VS_TORCH; {_AT_TESTS}"
+                          "no_shape_below_the_floor", gpus=_H100),
+    "tuned_8192": Target(_AT.SQUARE_8192_VS_TORCH, "x", "lesson 07's tuned matmul at 8192^3, "
+                         "each dtype: {goal} the speed of torch.matmul",
+                         f"helpers/plots/autotuning.py, SQUARE_8192_VS_TORCH; {_AT_TESTS}"
+                         "8192_cubed", gpus=_H100),
+    "tuned_vs_fixed": Target(_AT.GEOMEAN_VS_FIXED, "x", "lesson 07's tuned matmul over its "
+                             "sweep: {goal} the speed of lesson 04's single setting, geometric "
+                             "mean", f"helpers/plots/autotuning.py, GEOMEAN_VS_FIXED; {_AT_TESTS}"
+                             "geomean_vs_lesson_04s_setting", gpus=_H100),
+    "tuning_cache": Target(_AT.CACHED_OVER_UNTUNED, "x", "lesson 07's sweep in a fresh process "
+                           "that reads the tuning cache: {goal} the time of one that never tunes",
+                           f"helpers/plots/autotuning.py, CACHED_OVER_UNTUNED; {_AT_TESTS}"
+                           "cached_run_within_10_percent_of_untuned", at_most=True, gpus=_H100),
+}
+
+
+def _lesson_08() -> dict:
+    """Lesson 08's goals, per shape, from its plots module (none while it is not there)."""
+    try:
+        moe = importlib.import_module("..plots.moe", __package__)
+    except ModuleNotFoundError as err:
+        if err.name != "helpers.plots.moe":
+            raise
+        return {}
+    src = "helpers/plots/moe.py, {}; its targets()"
+    out = {f"moe_vs_grouped_mm_{k}": Target(
+        goal, "x", f"lesson 08's experts, {k} shape, every token count: {{goal}} the speed of "
+        "torch._grouped_mm (its faster weight layout)", src.format("VS_GROUPED_MM"))
+        for k, goal in moe.VS_GROUPED_MM.items()}
+    out["moe_vs_dense"] = Target(moe.VS_DENSE, "x", "lesson 08's experts, every shape and token "
+                                 "count: {goal} the speed of a dense matmul of the same FLOPs",
+                                 src.format("VS_DENSE"))
+    out.update({f"moe_layer_{k}": Target(
+        goal, "x", f"lesson 08's layer, {k} shape, every token count: {{goal}} the speed of "
+        "the per-expert loop", src.format("LAYER_VS_LOOP"))
+        for k, goal in moe.LAYER_VS_LOOP.items()})
+    return out
+
+
+TARGETS.update(_lesson_08())
