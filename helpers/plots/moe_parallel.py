@@ -1,0 +1,57 @@
+"""Lesson 08 beyond one GPU: the ``moe_parallel`` record (expert parallelism over the GPUs
+of one machine, :mod:`helpers.experiments.moe_parallel`) as a table and a figure.
+
+For each shape and token count per rank: the layer exchanging then computing
+(sequential) and pipelined in chunks (overlapped), the token rows' all-to-all alone with
+the GB/s it reached, the napkin math's least exchange time over the link, and the local
+experts alone. Nothing here measures.
+"""
+
+from __future__ import annotations
+
+from . import finish
+from .moe import token_axis
+
+
+def _label(case: dict) -> str:
+    return f"E={case['experts']} top-{case['top_k']}"
+
+
+def parallel_rows(rec) -> list[dict]:
+    """One line per (shape, tokens per rank)."""
+    out = []
+    for c in rec.results["cases"]:
+        out.append({"shape": _label(c), "tokens/rank": c["tokens_per_rank"],
+                    "sequential ms": c["sequential_ms"], "overlapped ms": c["overlapped_ms"],
+                    "experts ms": c["experts_ms"], "all-to-all ms": c["all_to_all_ms"],
+                    "napkin ms": c["napkin_exchange_ms"],
+                    "GB/s": c["all_to_all_gb_per_s"] if c["all_to_all_gb_per_s"] else "-"})
+    return out
+
+
+def plot_parallel(rec):
+    """Per shape: the layer (sequential, overlapped), the experts alone, two all-to-alls
+    measured and the napkin math's two, against the tokens per rank."""
+    import matplotlib.pyplot as plt
+
+    cases = rec.results["cases"]
+    shapes = list(dict.fromkeys(_label(c) for c in cases))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(7 * len(shapes), 4.5), squeeze=False)
+    lines = (("sequential_ms", 1, "layer, exchange then compute", "o-"),
+             ("overlapped_ms", 1, "layer, overlapped in chunks", "s-"),
+             ("experts_ms", 1, "local experts alone", "^--"),
+             ("all_to_all_ms", 2, "2 x all-to-all (there and back), measured", "v--"),
+             ("napkin_exchange_ms", 2, "2 x all-to-all, napkin math at the link's peak", "k:"))
+    world, link = rec.results["world"], rec.results["sizes"]["link_gb_per_s"]
+    for ax, shape in zip(axes[0], shapes):
+        mine = sorted((c for c in cases if _label(c) == shape), key=lambda c: c["tokens_per_rank"])
+        xs = [c["tokens_per_rank"] for c in mine]
+        for key, times, label, style in lines:
+            ax.plot(xs, [times * c[key] for c in mine], style, label=label)
+        token_axis(ax, xs)
+        ax.set_yscale("log")
+        finish(ax, title=f"Expert parallelism on {world} GPUs, {shape} "
+               f"(link {link:g} GB/s each way)", xlabel="tokens per rank", ylabel="time (ms)",
+               source=rec.label)
+    fig.tight_layout(w_pad=3)
+    return fig
