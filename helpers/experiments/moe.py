@@ -194,12 +194,12 @@ def _dense(rows: int, s: moe.Shape, dtype, seed: int):
     return run
 
 
-def _tuned_block_m(tuned) -> int | None:
-    """``BLOCK_M`` of the setting ``tuned`` used in its last launch (CPU mode: none)."""
+def _tuned_block_m(tuned) -> int:
+    """``BLOCK_M`` of the setting ``tuned`` used in its last launch (or, should this Triton
+    not say, of the last setting it tuned)."""
     best = getattr(tuned, "best_config", None)
-    if best is None:
-        return None
-    return mg.chosen_config(SimpleNamespace(cache={0: best}))[0]["BLOCK_M"]
+    cache = {0: best} if best is not None else dict(list(tuned.cache.items())[-1:])
+    return mg.chosen_config(SimpleNamespace(cache=cache))[0]["BLOCK_M"]
 
 
 def _block_m(b, w) -> int:
