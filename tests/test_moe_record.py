@@ -282,3 +282,74 @@ def test_record_meets_the_lessons_targets(rec):
     assert not missed, (f"{len(missed)} target(s) missed: "
                         + "; ".join(t["target"] for t in missed)
                         + f"\n{plots.format_targets(rows)}\n({rec.label})")
+
+
+# --------------------------------------------------------------------------------------
+# The experiment's parts on a tiny shape, in CPU mode (a stand-in timer), and on a GPU
+# --------------------------------------------------------------------------------------
+
+TINY = moe.Shape("tiny", experts=4, top_k=2, hidden=32, width=48)
+
+
+@pytest.fixture
+def stand_in_timer(monkeypatch):
+    """``bench.time_ms`` that runs the function once and says 1 ms (no GPU here)."""
+    monkeypatch.setattr(experiment.bench, "time_ms", lambda fn, **_: (fn(), 1.0)[1])
+
+
+def test_parts_run_on_a_tiny_shape(stand_in_timer):
+    dtype = torch.float32
+    w = experiment._weights(TINY, dtype, seed=1)
+    gmm = experiment._prepare_gmm(w)
+    check = experiment._check("tiny", TINY, w, gmm, dtype, 24)
+    for part in ("experts", "layer"):
+        for row in check[part]:
+            assert row.get("ok") is True, (part, row)
+    b = experiment._batch(TINY, w, 24, dtype, seed=5)
+    entry = experiment._experts_entry("tiny", TINY, b, w, gmm, dtype, 24)
+    assert [v["name"] for v in entry["versions"]] == list(experiment.EXPERT_VERSIONS)
+    assert all(v.get("ms") == 1.0 for v in entry["versions"]), entry["versions"]
+    assert entry["copies"] == 48 and entry["block_m"] == 16 and sum(entry["counts"]) == 48
+    layer = experiment._layer_entry("tiny", TINY, b, w, 24)
+    assert [v["name"] for v in layer["versions"]] == list(experiment.LAYER_VERSIONS)
+
+
+def test_imbalance_part_on_a_tiny_shape(stand_in_timer):
+    cfg = experiment.sizes(smoke=True)
+    cfg["shapes"]["many_small"].update(experts=4, top_k=2, hidden=32, width=48)
+    cfg["imbalance"].update(tokens=32, hot=1, strengths=[0.0, 4.0])
+    w = experiment._weights(experiment.shape_of(cfg, "many_small"), torch.float32, seed=1)
+    out = experiment._imbalance(cfg, w, torch.float32)
+    low, high = out["levels"]
+    assert high["max_over_mean"] > low["max_over_mean"]
+    assert [c["factor"] for c in high["capacity"]] == cfg["imbalance"]["capacity_factors"]
+    assert high["capacity"][0]["dropped"] > 0 and out["block_m"] == 16
+
+
+class _Tuner:
+    def __init__(self, best=None):
+        import triton
+
+        cfg = triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8},
+                            num_warps=4, num_stages=3)
+        self.cache = {("key",): cfg}
+        if best:
+            self.best_config = triton.Config({**cfg.kwargs, "BLOCK_M": best}, num_warps=4,
+                                             num_stages=3)
+
+
+def test_tuned_block_m_reads_the_last_launch_or_the_cache():
+    assert experiment._tuned_block_m(_Tuner(best=32)) == 32
+    assert experiment._tuned_block_m(_Tuner()) == 64
+
+
+@pytest.mark.gpu
+def test_experiment_smoke_on_a_gpu():
+    r = experiment.moe_experiment(smoke=True)
+    for c in r["checks"]:
+        for part in ("experts", "layer"):
+            assert all(row.get("ok") for row in c[part]), c
+    for e in r["experts"] + r["layer"]:
+        assert "error" not in e and all("ms" in v or "unavailable" in v for v in e["versions"]), e
+    assert all("stages" in p for p in r["profile"].values()), r["profile"]
+    assert "levels" in r["imbalance"], r["imbalance"]
