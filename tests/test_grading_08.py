@@ -1,0 +1,325 @@
+"""Assignment 08 (a Mixture-of-Experts layer), graded end to end.
+
+The solution scores full marks, the blank assignment zero (every part "not implemented"),
+and each planted mistake, the solution with one slip a learner makes, loses exactly the
+points of the parts it breaks, with a message that names the slip: weights not
+renormalised, offsets off by one expert, trailing empty experts lost by bincount, copies
+dropped past the capacity without a -1, an empty expert that takes a tile, tiles that
+straddle experts, padding rows stored, a launcher that computes with torch, padding counted
+in tiles or as a fraction of the real rows. The plants are made from solutions/08_moe.ipynb
+here and graded in CPU mode by the grader's own code, two at a time. More slips are judged
+in this process, without a notebook; on a GPU machine one more test grades the solution in
+GPU mode, where the timed part counts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import helpers
+from helpers.grading import grader, registry
+from helpers.grading.assignments import keys_moe
+from helpers.grading.assignments import moe as graded
+from helpers.grading.assignments import moe_dispatch as md
+from helpers.kernels import moe
+
+from planting import (REPO, assert_blank, assert_full_marks,  # tests/planting.py
+                      assert_loses_exactly, edit, grade_plants, parts_of)
+
+SPEC = registry.get("08_moe")
+CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
+LIMITS = grader.Limits(cell_timeout=120, part_timeout=120, total_timeout=600, memory_mb=3072)
+
+TILES = """\
+    tiles = (counts + BLOCK_M - 1) // BLOCK_M               # an empty expert owns no tile
+    first_tile = tl.cumsum(tiles, axis=0) - tiles           # of each expert
+    first_row = tl.cumsum(counts, axis=0) - counts          # = offsets[e]
+    mine = (first_tile <= tile) & (tile < first_tile + tiles)   # one expert, or none
+    expert = tl.sum(tl.where(mine, e, 0), axis=0)
+    start = tl.sum(tl.where(mine, first_row + (tile - first_tile) * BLOCK_M, 0), axis=0)
+    end = tl.sum(tl.where(mine, first_row + counts, 0), axis=0)   # none: start = end = 0
+"""
+# Tiles laid over the sorted rows as one matrix, each with the expert of its first row.
+STRADDLING = """\
+    first_row = tl.cumsum(counts, axis=0) - counts
+    start = tile * BLOCK_M
+    mine = (first_row <= start) & (start < first_row + counts)
+    expert = tl.sum(tl.where(mine, e, 0), axis=0)
+    end = tl.minimum(tl.sum(counts, axis=0), start + BLOCK_M)
+"""
+TORCH = ("    return torch.cat([a[s:s + n] @ w[e] for e, (s, n) in enumerate(zip(\n"
+         "        (torch.cumsum(counts, 0) - counts).tolist(), counts.tolist()))])\n")
+
+# name -> (how to plant it, {part: words its message must contain}); every other part
+# must keep its full points.
+PLANTS = {
+    "weights_not_renormalised": (
+        edit([("return weights / weights.sum(dim=-1, keepdim=True), ids", "return weights, ids")]),
+        {"1a": "renormalise them", "4a": "not renormalised"}),
+    # Both places the solution writes offsets (before and after the capacity).
+    "offsets_one_expert_late": (
+        edit([("offsets[1:] = torch.cumsum(counts, 0)",
+               "offsets[1:] = torch.cumsum(counts, 0) - counts")]),
+        {"1b": "shifted one expert late", "1c": "shifted one expert late",
+         "1d": "shifted one expert late"}),
+    # Right while the last expert gets a copy: the grader's ordinary, capacity and layer
+    # routings use every expert.
+    "bincount_without_minlength": (
+        edit([("torch.bincount(flat, minlength=experts)", "torch.bincount(flat)")]),
+        {"1c": "minlength"}),
+    "copies_dropped_silently": (
+        edit([("position = torch.full((T * top_k,), -1,", "position = torch.full((T * top_k,), 0,")]),
+        {"1d": "silently"}),
+    # Harmless until empty experts push real tiles past a grid of min(R, ...) row tiles.
+    "empty_expert_owns_a_tile": (
+        edit([("tiles = (counts + BLOCK_M - 1) // BLOCK_M ",
+               "tiles = tl.maximum((counts + BLOCK_M - 1) // BLOCK_M, 1) ")]),
+        {"2b": "an expert with no rows must own no tile"}),
+    "tiles_straddle_experts": (
+        edit([(TILES, STRADDLING)]),
+        {"2a": "cut the sorted rows as one matrix", "2b": "cut the sorted rows as one matrix",
+         "4a": "outputs are off"}),
+    # The guard stops the stores past C; the rows stored into the next expert's are
+    # overwritten by its own tiles, which run later: only the bounds part sees it.
+    "padding_rows_stored": (
+        edit([("mask=real[:, None] & (cols[None, :] < N))", "mask=cols[None, :] < N)")]),
+        {"2c": "past the end of c_ptr"}),
+    "torch_instead_of_triton": (
+        edit([("    grouped_matmul_kernel[grid](", TORCH + "    grouped_matmul_kernel[grid](")]),
+        {"2a": "launched no Triton kernel", "2b": "launched no Triton kernel",
+         "2c": "no kernel of yours ran", "4a": "launched no kernel of your notebook"}),
+    # 3b is computed from 3a's count, so it is wrong too.
+    "padding_in_tiles": (
+        edit([("wasted_rows = sum(per_expert)",
+               "wasted_rows = sum(-(-n // PADDING_BLOCK_M) for n in PADDING_COUNTS)")]),
+        {"3a": "tiles, not rows", "3b": "not right"}),
+    "fraction_of_the_real_rows": (
+        edit([("wasted_fraction = wasted_rows / (sum(PADDING_COUNTS) + wasted_rows)",
+               "wasted_fraction = wasted_rows / sum(PADDING_COUNTS)")]),
+        {"3b": "divide by the real rows"}),
+}
+
+
+@pytest.fixture(scope="module")
+def graded_plants(tmp_path_factory):
+    return grade_plants(tmp_path_factory, "08_moe", PLANTS, limits=LIMITS)
+
+
+def test_the_solution_scores_full_marks(graded_plants):
+    assert_full_marks(graded_plants["solution"], SPEC)
+    assert graded_plants["solution"]["max_score"] == CPU_MAX
+
+
+def test_the_blank_assignment_scores_zero_without_crashing(graded_plants):
+    assert_blank(graded_plants["blank"], SPEC)
+
+
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_a_planted_mistake_loses_exactly_its_points(graded_plants, name):
+    assert_loses_exactly(graded_plants[name], SPEC, PLANTS[name][1])
+
+
+def test_the_assignment_is_registered_and_counts_24_points():
+    assert registry.MODULES["08_moe"] == "helpers.grading.assignments.moe"
+    assert SPEC.max_points == 24 and CPU_MAX == 21
+
+
+# ------------------------------------------------------------------------------------
+# More slips, judged in this process: the learner's functions called directly.
+# ------------------------------------------------------------------------------------
+
+def route(logits, top_k):
+    probs = torch.softmax(logits.float(), dim=-1)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    return weights / weights.sum(-1, keepdim=True), ids
+
+
+def make_dispatch(minlength=True, offsets_end=False, clamp=True, drop=True, keep_last=False,
+                  rows_are_copies=False, tuple_out=False):
+    def dispatch(ids, experts, capacity=None):
+        T, top_k = ids.shape
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=experts if minlength else 0)
+        starts = torch.cumsum(counts, 0) - counts
+        if capacity is not None:
+            ends = starts + counts
+            rank = (ends[flat[order]] - 1 - torch.arange(order.numel()) if keep_last else
+                    torch.arange(order.numel()) - starts[flat[order]])
+            if drop:
+                order = order[rank < capacity]
+            counts = counts.clamp(max=capacity) if clamp else counts
+        offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+        if offsets_end:
+            offsets = torch.cat([torch.cumsum(counts, 0), counts.sum(0, keepdim=True)])
+        position = torch.full((T * top_k,), -1, dtype=torch.long)
+        position[order] = torch.arange(order.numel())
+        rows = order if rows_are_copies else order // top_k
+        fields = (order, rows, counts, offsets, position.view(T, top_k))
+        return fields if tuple_out else moe.Dispatch(*fields)
+    return dispatch
+
+
+def verdicts(**answers):
+    ns = {"route": route, "dispatch": make_dispatch(), **answers}
+    return {fb.part.split()[0]: fb for fb in [*graded.check_route(ns),
+                                               *graded.check_dispatch(ns)]}
+
+
+SLIPS = [  # (answers, {part: words}); every other part of 1a-1d must pass
+    ({}, {}),
+    ({"route": lambda logits, k: route(-logits, k)}, {"1a": "smallest"}),
+    ({"route": lambda logits, k: (route(logits, k)[0].half(), route(logits, k)[1])},
+     {"1a": "keep them in float32"}),
+    ({"route": lambda logits, k: route(logits, k)[::-1]}, {"1a": "ids are float32"}),
+    ({"route": lambda logits, k: moe.route(logits, k)}, {"1a": "calls the course's"}),
+    ({"dispatch": make_dispatch(offsets_end=True)},
+     {"1b": "where expert e's rows end", "1c": "where expert e's rows end",
+      "1d": "where expert e's rows end"}),
+    ({"dispatch": make_dispatch(minlength=False)}, {"1c": "minlength"}),
+    ({"dispatch": make_dispatch(clamp=False)}, {"1d": "count the rows it keeps"}),
+    ({"dispatch": make_dispatch(drop=False, clamp=False)}, {"1d": "still count the copies"}),
+    ({"dispatch": make_dispatch(drop=False)}, {"1d": "keeps all"}),
+    ({"dispatch": make_dispatch(keep_last=True)}, {"1d": "its first `capacity` copies"}),
+    ({"dispatch": make_dispatch(rows_are_copies=True)},
+     {"1b": "order[r] // top_k", "1c": "order[r] // top_k", "1d": "order[r] // top_k"}),
+    ({"dispatch": make_dispatch(tuple_out=True)},
+     {"1b": "return moe.Dispatch", "1c": "return moe.Dispatch", "1d": "return moe.Dispatch"}),
+    ({"dispatch": lambda ids, experts, capacity=None: moe.dispatch(ids, experts, capacity)},
+     {"1b": "calls the course's", "1c": "calls the course's", "1d": "calls the course's"}),
+]
+
+
+@pytest.mark.parametrize("answers, expected", SLIPS, ids=range(len(SLIPS)))
+def test_each_dispatch_slip_loses_its_parts_with_a_message_that_names_it(answers, expected):
+    for key, fb in verdicts(**answers).items():
+        if key in expected:
+            assert not fb.passed and expected[key] in fb.message, fb
+        else:
+            assert fb.passed, fb
+
+
+def test_messages_never_show_the_expected_counts_or_offsets():
+    fb = verdicts(dispatch=make_dispatch(offsets_end=True))["1b"]
+    spec = md.DISPATCHES[0]
+    want = moe.dispatch(md.dispatch_inputs(md.trial_case(spec[0], 0), spec), spec[3])
+    assert str(want.offsets.tolist()) not in fb.message and str(want.counts.tolist()) \
+        not in fb.message
+
+
+def test_the_routings_come_from_the_seed_and_hold_the_edges():
+    def ids(spec, seed):
+        return md.dispatch_inputs(md.trial_case(spec[0], seed), spec)
+    for spec in md.DISPATCHES:
+        E, top_k = spec[3], spec[4]
+        a, b = ids(spec, 3), ids(spec, 4)
+        assert a.shape == (spec[2], top_k) and int(a.max()) < E
+        assert all(len(set(row)) == top_k for row in a.tolist()), spec[0]   # distinct experts
+        used = torch.bincount(a.flatten(), minlength=E)
+        if spec[1] in ("ordinary", "capacity"):     # the bincount plant passes these
+            assert used.all(), spec[0]
+        if spec[5] in ("every", "skewed", "empty"):
+            assert not torch.equal(a, b), spec[0]
+    empty = md.DISPATCHES[2]
+    assert (torch.bincount(ids(empty, 5).flatten(), minlength=10)[[0, 3, 7, 8, 9]] == 0).all()
+    for spec in md.DISPATCHES:
+        if spec[6] is not None and spec[6] < 32:    # each capacity case drops some copies
+            assert moe.dispatch(ids(spec, 3), spec[3], spec[6]).dropped > 0, spec[0]
+
+
+def test_the_kernel_hints_read_the_pattern_of_wrong_rows():
+    # Judged on made-up outputs: no kernel runs.
+    def hint(counts, make):
+        case = graded.TASK.case("test", counts, 8, 8, torch.float32, "empty").seeded(1)
+        inputs = graded.TASK.inputs(case, "cpu")
+        a, c, w = inputs
+        starts, expert = graded._layout(c)
+        products = torch.stack([a @ w[e] for e in range(len(c))])
+        return graded._kernel_hint(case, make(products, expert), inputs, {"BLOCK_M": 16})
+
+    rows = torch.arange(40)
+    msg = hint((19, 5, 16), lambda p, ex: p[ex[rows // 16 * 16], rows])
+    assert "cut the sorted rows as one matrix" in msg
+    msg = hint((19, 5, 16), lambda p, ex: p[(ex + (rows == 20)) % 3, rows])
+    assert "row 20 (expert 1's row 1) was multiplied by expert 2's weights" in msg
+    msg = hint((0, 3, 0, 2), lambda p, ex: torch.where((rows[:5] >= 3)[:, None], 7.0,
+                                                       p[ex, rows[:5]]))
+    assert "experts with no rows (0, 2)" in msg and "must own no tile" in msg
+    msg = hint((3, 2), lambda p, ex: torch.where((rows[:5] >= 3)[:, None], 7.0, p[ex, rows[:5]]))
+    assert "min(R, R // BLOCK_M + E)" in msg
+    msg = hint((3, 2), lambda p, ex: p[ex, (rows[:5] + 1) % 5])
+    assert "start at the wrong place" in msg
+
+
+def test_the_padding_answers_name_the_usual_slips_and_hide_the_value():
+    values = keys_moe.answer_key()
+    for part, (value, rel, mistakes) in values.items():
+        others = [value] + [w for w, _ in mistakes]
+        assert all(abs(x - y) > rel * abs(y) for i, x in enumerate(others)
+                   for y in others[:i]), part      # no slip reads as another, or as right
+    answer, fraction = values["3a"][0], values["3b"][0]
+    assert answer == moe.padding_rows(graded.PADDING_COUNTS, graded.PADDING_BLOCK_M)
+
+    def check(rows, frac):
+        return list(graded.check_padding({"wasted_rows": rows, "wasted_fraction": frac}))
+
+    assert all(check(answer, fraction))
+    for wrong, words in values["3a"][2]:
+        fb = check(wrong, fraction)[0]
+        assert not fb.passed and words in fb.message and str(answer) not in fb.message
+    fb = check(answer, 100 * fraction)[1]
+    assert not fb.passed and "percentage" in fb.message
+
+
+def test_a_layer_that_borrows_the_course_is_refused():
+    def course_forward(x, w, top_k):            # the course's grouped kernels, interpreted
+        return moe.moe_forward(x, w, top_k)
+
+    (fb,) = graded.check_layer({"moe_layer": course_forward})
+    assert not fb.passed and "the course's helpers.kernels.moe_grouped.grouped_gemm" \
+        in fb.message, fb
+    (fb,) = graded.check_layer({"moe_layer": moe.moe_loop})
+    assert not fb.passed and "calls the course's helpers.kernels.moe.route" in fb.message, fb
+    (fb,) = graded.check_layer({"moe_layer": lambda x, w, top_k: x.clone()})
+    assert not fb.passed and "no Triton kernel at all" in fb.message, fb
+
+
+def test_unanswered_parts_say_not_implemented():
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    ns = {"route": stub, "dispatch": stub, "moe_layer": stub}
+    results = [*graded.check_route(ns), *graded.check_dispatch(ns), *graded.check_layer(ns)]
+    assert [fb.status for fb in results] == ["not implemented"] * 5, results
+
+
+def speed_raw(yours, loop=10.0, **extra):
+    return {"gpu": "a GPU", "error": 5e-3, "yours": yours, "loop": loop, "own": 3,
+            "others": ["helpers.kernels.moe_grouped.combine_kernel"], **extra}
+
+
+def test_the_speed_judge_wants_2x_on_the_learners_own_kernel():
+    judge = SPEC.part("4b").judge          # called directly: registry.judge waits for a GPU
+    assert judge(speed_raw(4.0)).passed
+    fb = judge(speed_raw(6.0))
+    assert not fb.passed and "1.67x" in fb.message and "No host sync" in fb.message
+    assert "differs from moe.moe_loop" in judge(speed_raw(1.0, error=0.5)).message
+    borrowed = speed_raw(1.0, others=["helpers.kernels.moe_grouped.grouped_gemm_kernel"])
+    assert "your own kernel" in judge(borrowed).message
+    assert "your own kernel" in judge(speed_raw(1.0, own=0)).message
+
+
+# ------------------------------------------------------------------------------------
+# On a GPU machine: the timed part for real.
+# ------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (timed part)")
+def test_the_solution_scores_full_marks_on_a_gpu():
+    (report,) = grader.grade_many([(REPO / "solutions" / "08_moe.ipynb", "solution")],
+                                  assignment="08_moe", limits=LIMITS, mode="gpu", jobs=1)
+    parts = parts_of(report.to_dict())
+    assert report.score == report.max_score, report.to_text()
+    assert report.max_score >= SPEC.max_points - 2, report.to_text()   # 2c may be unwatched
+    assert "per-expert loop" in parts["4b"]["message"], parts["4b"]
