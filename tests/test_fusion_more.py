@@ -149,3 +149,17 @@ def test_record_fused_epilogue_costs_less_than_the_extra_pass(rec):
         assert fused < by["Triton, then F.leaky_relu (2 kernels)"], e["n"]
         assert all(c["within_tolerance"] for k, c in e["checks"].items() if "leaky" in k
                    and "cuBLAS" not in k), e["checks"]
+
+
+def test_record_tables(rec):
+    from helpers.plots import fusion_more as plots
+
+    for e in rec.results["profile"]:
+        rows = plots.profile_rows(e, copy_gbps=3000.0)
+        assert [r["aten op"] for r in rows][0] == "aten.amax" and "us at copy rate" in rows[0]
+        s = plots.profile_summary(e)
+        assert s["gaps_us"] >= 0 and s["kernels_us"] > 0
+    assert [r["N"] for r in plots.spelling_rows(rec)] == list(experiment.SPELLING_NS)
+    rows = plots.epilogue_rows(rec)
+    assert [r["n"] for r in rows] == list(experiment.EPILOGUE_NS)
+    assert all(r["2nd kernel adds"] > 0 for r in rows)

@@ -163,3 +163,22 @@ def test_record_strided_copy_is_slower_than_the_coalesced_one(rec):
     by = {x["name"]: x for x in rec.results["coalescing"]["rows"]}
     assert by["copy, strips of columns (strided)"]["ms"] > \
         1.5 * by["copy, strips of rows (coalesced)"]["ms"]
+
+
+def test_record_tables_and_figure_draw(rec):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.plots import memory_levels as plots
+
+    rows = plots.read_sweep_rows(rec.results)
+    assert [r["buffer MiB"] for r in rows] == list(experiment.SIZES_MIB)
+    table = plots.coalescing_rows(rec.results)
+    base = next(r for r in table if r["version"] == rec.results["coalescing"]["baseline"])
+    assert base["time vs rows"] == 1.0
+    fig, ax = plt.subplots()
+    plots.draw_read_sweep(ax, rec.results, 3350.0, source=rec.label)
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    plt.close(fig)

@@ -112,3 +112,12 @@ def test_record_tf32_trades_digits_for_speed(rec):
     assert tf32["rel_error"] > 10 * fp32["rel_error"], "and less precise"
     lesson = next(x for x in rows if x.get("lesson_config") and x["layout"] == "row-major B")
     assert experiment.best(rows)["ms"] <= lesson["ms"]
+
+
+def test_record_table_names_each_version_once(rec):
+    from helpers.plots import tiling as plots
+
+    rows = plots.tf32_rows(rec)
+    names = [r["version"] for r in rows]
+    assert len(names) == len(set(names)) >= 5
+    assert sum("torch.matmul" in n for n in names) == 2

@@ -148,3 +148,26 @@ def draw_ladder(ax, rows: list[dict], dtype: str, steps: list[dict], peak: float
     ax.set_yscale("log")
     ax.set_xticks(sizes)
     ax.set_xticklabels([str(n) for n in sizes])
+
+
+def tf32_rows(rec) -> list[dict]:
+    """The ``tf32`` record as a table: torch.matmul both ways, lesson 04's TF32 configuration,
+    the fastest TF32 configuration for each layout of B, and true fp32 in ``tl.dot``; TFLOP/s
+    as measured and as a percentage of the TF32 peak, and the error against fp64."""
+    from ..experiments import tf32
+
+    rows = rec.results["rows"]
+    peak = (rec.results.get("peak_tflops") or {}).get("tf32")
+    picks = [next((r for r in rows if r["kind"] == "torch" and not r["allow_tf32"]), None),
+             next((r for r in rows if r["kind"] == "torch" and r["allow_tf32"]), None),
+             next((r for r in rows if r.get("lesson_config")
+                   and r["layout"] == tf32.LAYOUTS[0]), None)]
+    picks += [tf32.best(rows, layout) for layout in tf32.LAYOUTS
+              if any(r.get("layout") == layout and r["kind"] == "triton tf32" for r in rows)]
+    picks.append(next((r for r in rows if r["kind"] == "triton ieee"), None))
+    # the lesson's configuration may also be the fastest: each row once
+    picks = list({r["name"]: r for r in picks if r is not None}.values())
+    return [{"version": r["name"], "TFLOP/s": r["tflops"],
+             "% of TF32 peak": 100 * r["tflops"] / peak if peak else float("nan"),
+             "range ms": f"{r['ms_min']:.3f} to {r['ms_max']:.3f}",
+             "rel. error": f"{r['rel_error']:.1e}"} for r in picks]
