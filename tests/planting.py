@@ -146,3 +146,44 @@ def assert_blank(report, spec):
         assert part["status"] in ("not implemented", "needs a GPU"), part
     assert {c["ename"] for c in report["cells"]} <= {"NotImplementedError", "NameError"}, \
         report["cells"]
+
+
+GPU_MODE_EMULATION = """
+import sys
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+import learner                      # defined before helpers: compiled-kernel JITFunctions
+assert isinstance(learner.{kernel}, JITFunction)
+assert isinstance(tl.standard.sum, JITFunction)
+from helpers import runtime
+runtime.MODE = "gpu"                # as the grader runs on a GPU, with host tensors
+runtime.device = lambda: "cpu"
+from helpers.grading.assignments import {module} as graded
+graded.TASK.compiled_cases = lambda blocks: []
+results = graded.check_kernel(vars(learner))
+print(results)
+sys.exit(0 if all(results) else 1)
+"""
+
+
+def check_kernel_as_on_a_gpu(folder: Path, learner: str, module: str, kernel: str) -> str:
+    """``check_kernel()`` of ``helpers.grading.assignments.<module>`` on the source
+    ``learner`` as the grader runs it on a GPU: the notebook's kernels (``kernel`` among
+    them) and Triton's own ``tl.sum`` are compiled-kernel functions, which the checks must
+    run interpreted to watch them. Emulated on the CPU in a fresh process where Triton is
+    imported without the interpreter; returns what the check printed (it must pass)."""
+    import os
+    import subprocess
+    import sys
+
+    problem = cpu_mode_problem()
+    if problem:
+        pytest.skip(f"this machine's interpreter cannot run the kernel: {problem}")
+    (folder / "learner.py").write_text(learner)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "COURSE_MODE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), str(REPO)])
+    out = subprocess.run([sys.executable, "-c", GPU_MODE_EMULATION.format(
+        module=module, kernel=kernel)], env=env, cwd=folder, capture_output=True, text=True,
+        timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    return out.stdout

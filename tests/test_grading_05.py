@@ -20,7 +20,8 @@ from helpers.grading import grader, registry
 from helpers.grading.assignments import fusion, keys_fusion
 
 from planting import (assert_blank, assert_full_marks,  # tests/planting.py
-                      assert_loses_exactly, edit, grade_plants, parts_of)
+                      assert_loses_exactly, check_kernel_as_on_a_gpu, edit, grade_plants,
+                      parts_of)
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "05_fusion.ipynb"
@@ -199,40 +200,12 @@ def residual_rmsnorm(x, residual, weight, eps=1e-6):
     return h, y
 """
 
-GPU_MODE_EMULATION = """
-import sys
-import triton.language as tl
-from triton.runtime.jit import JITFunction
-import learner                      # defined before helpers: a compiled-kernel JITFunction
-assert isinstance(learner.residual_rmsnorm_kernel, JITFunction)
-assert isinstance(tl.standard.sum, JITFunction)
-from helpers import runtime
-runtime.MODE = "gpu"                # as the grader runs on a GPU, with host tensors
-runtime.device = lambda: "cpu"
-from helpers.grading.assignments import fusion
-fusion.TASK.compiled_cases = lambda blocks: []
-results = fusion.check_kernel(vars(learner))
-print(results)
-sys.exit(0 if all(results) else 1)
-"""
-
-
 def test_gpu_mode_bounds_check_runs_kernels_that_use_reductions(tmp_path):
     # On a GPU the checks run the learner's kernel interpreted (to watch its accesses)
     # while tl.sum stays a compiled-kernel function that refuses a Python call; the grader
-    # lets the interpreted kernel call it through the interpreter. Emulated on the CPU in
-    # a fresh process where Triton was imported without the interpreter.
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "learner.py").write_text(LEARNER)
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "COURSE_MODE")}
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
-    out = subprocess.run([sys.executable, "-c", GPU_MODE_EMULATION], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert "7 / 7 points" in out.stdout
+    # lets the interpreted kernel call it through the interpreter.
+    out = check_kernel_as_on_a_gpu(tmp_path, LEARNER, "fusion", "residual_rmsnorm_kernel")
+    assert "7 / 7 points" in out
 
 
 def test_a_missing_weight_is_named_whatever_the_seed():

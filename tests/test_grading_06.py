@@ -12,9 +12,6 @@ grades the solution in GPU mode, where the timed parts count.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -26,7 +23,8 @@ from helpers.grading import grader, registry
 from helpers.grading.assignments import attention as graded
 
 from planting import (assert_blank, assert_full_marks,  # tests/planting.py
-                      assert_loses_exactly, cpu_mode_problem, edit, grade_plants, parts_of)
+                      assert_loses_exactly, check_kernel_as_on_a_gpu, edit, grade_plants,
+                      parts_of)
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "06_flash_attention.ipynb"
@@ -175,40 +173,17 @@ def test_the_timed_parts_need_a_correct_kernel_first(monkeypatch):
         assert "needs a correct, in-bounds kernel first" in fb.message, fb
 
 
-GPU_MODE_EMULATION = """
-import sys
-from triton.runtime.jit import JITFunction
-import learner                      # defined before helpers: compiled-kernel JITFunctions
-assert isinstance(learner.flash_forward_kernel, JITFunction)
-from helpers import runtime
-runtime.MODE = "gpu"                # as the grader runs on a GPU, with host tensors
-runtime.device = lambda: "cpu"
-from helpers.grading.assignments import attention
-attention.TASK.compiled_cases = lambda blocks: []
-results = attention.check_kernel(vars(learner))
-print(results)
-sys.exit(0 if all(results) else 1)
-"""
-
-
 def test_gpu_mode_watches_a_kernel_that_calls_its_own_helper(tmp_path):
     # On a GPU the checks run the notebook's kernel interpreted (to watch its loads), and
-    # the kernel calls attend_tiles, another @triton.jit function of the notebook. Emulated
-    # on the CPU in a fresh process where Triton was imported without the interpreter.
-    if cpu_mode_problem():
-        pytest.skip(f"this machine's interpreter cannot run the kernel: {cpu_mode_problem()}")
+    # the kernel calls attend_tiles, another @triton.jit function of the notebook.
     nb = nbformat.read(SOLUTION, as_version=4)
     cells = [c.source for c in nb.cells if c.cell_type == "code"
              and ("@triton.jit" in c.source or "def attention_forward" in c.source)]
-    (tmp_path / "learner.py").write_text(
-        "import math\nimport torch\nimport triton\nimport triton.language as tl\n\n"
-        + "\n\n".join(cells) + "\n\nfrom helpers.kernels import attention  # after the kernels\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "COURSE_MODE")}
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
-    out = subprocess.run([sys.executable, "-c", GPU_MODE_EMULATION], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert "16 / 16 points" in out.stdout
+    out = check_kernel_as_on_a_gpu(
+        tmp_path, "import math\nimport torch\nimport triton\nimport triton.language as tl\n\n"
+        + "\n\n".join(cells) + "\n\nfrom helpers.kernels import attention  # after the kernels\n",
+        "attention", "flash_forward_kernel")
+    assert "16 / 16 points" in out
 
 
 @pytest.mark.gpu

@@ -14,6 +14,7 @@ GPU mode, where the timed part counts.
 
 from __future__ import annotations
 
+import nbformat
 import pytest
 import torch
 
@@ -25,11 +26,14 @@ from helpers.grading.assignments import moe_dispatch as md
 from helpers.kernels import moe
 
 from planting import (REPO, assert_blank, assert_full_marks,  # tests/planting.py
-                      assert_loses_exactly, edit, grade_plants, parts_of)
+                      assert_loses_exactly, check_kernel_as_on_a_gpu, edit, grade_plants,
+                      parts_of)
 
 SPEC = registry.get("08_moe")
 CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
 LIMITS = grader.Limits(cell_timeout=120, part_timeout=120, total_timeout=600, memory_mb=3072)
+GPU_LIMITS = grader.Limits(cell_timeout=540, part_timeout=540, total_timeout=1200,
+                           memory_mb=16384)
 
 TILES = """\
     tiles = (counts + BLOCK_M - 1) // BLOCK_M               # an empty expert owns no tile
@@ -310,6 +314,20 @@ def test_the_speed_judge_wants_2x_on_the_learners_own_kernel():
     assert "your own kernel" in judge(speed_raw(1.0, own=0)).message
 
 
+def test_gpu_mode_watches_a_kernel_that_calls_its_own_tile_map(tmp_path):
+    # On a GPU the checks run the notebook's kernel interpreted (to watch its loads), and
+    # the kernel calls tile_to_expert, another @triton.jit function of the notebook, which
+    # calls Triton's own tl.cumsum.
+    nb = nbformat.read(REPO / "solutions" / "08_moe.ipynb", as_version=4)
+    cells = [c.source.replace("if helpers.is_gpu()", "if False") for c in nb.cells
+             if c.cell_type == "code" and c.source.startswith(("@triton.jit", "BLOCKS ="))
+             and "tile_map_kernel" not in c.source]
+    out = check_kernel_as_on_a_gpu(
+        tmp_path, "import torch\nimport triton\nimport triton.language as tl\n\n"
+        + "\n\n".join(cells), "moe", "tile_to_expert")
+    assert "8 / 8 points" in out
+
+
 # ------------------------------------------------------------------------------------
 # On a GPU machine: the timed part for real.
 # ------------------------------------------------------------------------------------
@@ -318,7 +336,8 @@ def test_the_speed_judge_wants_2x_on_the_learners_own_kernel():
 @pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (timed part)")
 def test_the_solution_scores_full_marks_on_a_gpu():
     (report,) = grader.grade_many([(REPO / "solutions" / "08_moe.ipynb", "solution")],
-                                  assignment="08_moe", limits=LIMITS, mode="gpu", jobs=1)
+                                  assignment="08_moe", limits=GPU_LIMITS, mode="gpu",
+                                  jobs=1)
     parts = parts_of(report.to_dict())
     assert report.score == report.max_score, report.to_text()
     assert report.max_score >= SPEC.max_points - 2, report.to_text()   # 2c may be unwatched

@@ -151,10 +151,16 @@ def _kernel_hint(case, c, inputs, blocks) -> str:
     """What the pattern of wrong rows says about the tile map."""
     a, counts, w = (t.cpu() for t in inputs)
     starts, expert = _layout(counts)
-    bm, E = _block_m(blocks), len(starts)
-    products = torch.stack([a.double() @ w[e].double() for e in range(E)])   # (E, R, N)
-    right = _rows_close(c, products[expert, torch.arange(len(expert))], c.dtype)
-    straddled = products[expert[torch.arange(len(expert)) // bm * bm], torch.arange(len(expert))]
+    bm, E, a = _block_m(blocks), len(starts), a.double()
+
+    def product(experts):     # row r of a times the weights of experts[r]
+        out = torch.zeros(len(a), w.shape[2], dtype=torch.float64)
+        for x in experts.unique().tolist():
+            out[experts == x] = a[experts == x] @ w[x].double()
+        return out
+
+    right = _rows_close(c, product(expert), c.dtype)
+    straddled = product(expert[torch.arange(len(expert)) // bm * bm])
     bad = (~right).nonzero().flatten().tolist()
     r, e = bad[0], int(expert[bad[0]])
     where = f"row {r} (expert {e}'s row {r - starts[e]})"
@@ -164,11 +170,11 @@ def _kernel_hint(case, c, inputs, blocks) -> str:
         return ("your tiles cut the sorted rows as one matrix, each tile using the expert of "
                 f"its first row, so a tile that crosses an expert's end multiplies the next "
                 f"expert's rows by the wrong weights. {one_tile}")
-    other = [x for x in range(E) if x != e and _rows_close(c[r:r + 1], products[x, r:r + 1],
-                                                          c.dtype).all()]
+    other = [x for x in range(E) if x != e and _rows_close(
+        c[r:r + 1], a[r:r + 1] @ w[x].double(), c.dtype).all()]
     if other:
         return f"{where} was multiplied by expert {other[0]}'s weights. {one_tile}"
-    if _rows_close(c[r:r + 1].expand(len(expert), -1), products[e], c.dtype).any():
+    if _rows_close(c[r:r + 1].expand(len(expert), -1), a @ w[e].double(), c.dtype).any():
         return (f"{where} holds the product of another row of a: the tile's rows start at the "
                 "wrong place. Expert e's first row is counts[0] + ... + counts[e - 1] (rows, "
                 "not tiles), and its tile j starts BLOCK_M x j rows after it")
