@@ -214,12 +214,15 @@ def _epilogue(ns, configs, repeats) -> list[dict]:
         }
         times = bench.time_rounds(versions, repeats)
         flops = intensity.matmul(n, n, n).flops
+        pass_bytes = 2 * n * n * a.element_size()
+        # the product rows get their TFLOP/s, the activation pass (no product) its GB/s
+        rate = {k: ({"gbps": bench.gbps(pass_bytes, t["ms"])} if k.startswith("F.leaky_relu")
+                    else {"tflops": bench.tflops(flops, t["ms"])}) for k, t in times.items()}
         out.append({"n": n, "dtype": EPILOGUE_DTYPE,
                     "config": dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
                                         "num_stages", "num_warps"), cfg)),
-                    "pass_bytes": 2 * n * n * a.element_size(), "checks": checks,
-                    "rows": [{"name": k, **t, "tflops": bench.tflops(flops, t["ms"])}
-                             for k, t in times.items()]})
+                    "pass_bytes": pass_bytes, "checks": checks,
+                    "rows": [{"name": k, **t, **rate[k]} for k, t in times.items()]})
     return out
 
 
