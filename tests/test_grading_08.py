@@ -328,6 +328,47 @@ def test_gpu_mode_watches_a_kernel_that_calls_its_own_tile_map(tmp_path):
     assert "8 / 8 points" in out
 
 
+def solution_module(folder, name="solution_08"):
+    """The solution notebook's code cells as a module (Triton needs a file to read kernels
+    from), imported in this process."""
+    import importlib
+    import sys
+
+    nb = nbformat.read(REPO / "solutions" / "08_moe.ipynb", as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(
+        ("import helpers", "def ", "@triton.jit", "BLOCKS ="))
+        and "tile_map_kernel" not in c.source]
+    (folder / f"{name}.py").write_text("\n\n".join(cells) + "\n")
+    sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)
+
+
+def test_the_timed_part_collects_and_judges_the_solution_off_a_gpu(tmp_path, monkeypatch):
+    # The GPU part's own code, run on the CPU at a tiny shape with a stand-in clock: the
+    # layer is called, checked against moe_loop, its launches read, and the times judged.
+    from helpers import bench
+
+    learner = solution_module(tmp_path)
+    tiny = moe.Shape("tiny", experts=8, top_k=2, hidden=32, width=32)
+    monkeypatch.setattr(graded, "SPEED_SHAPE", tiny)
+    monkeypatch.setattr(graded, "speed_inputs", lambda seed: (
+        torch.randn(24, 32, generator=torch.Generator().manual_seed(seed)),
+        moe.make_weights(8, 32, 32, seed=seed)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a stand-in")
+    times = iter([1.0, 3.0])                 # yours first, then the loop
+    monkeypatch.setattr(bench, "time_ms", lambda f: next(times))
+    raw = graded._collect_speed(vars(learner), 5)
+    assert raw["own"] == 3 and raw["error"] < 1e-5, raw     # gate, up and down
+    assert raw["others"] == ["helpers.kernels.moe_grouped.combine_kernel"], raw
+    fb = SPEC.part("4b").judge(raw)
+    assert fb.passed and "3.00x" in fb.message, fb
+
+
 # ------------------------------------------------------------------------------------
 # On a GPU machine: the timed part for real.
 # ------------------------------------------------------------------------------------
