@@ -170,23 +170,25 @@ def _profile(rec, shape: str) -> dict:
 
 
 def stage_times_us(rec, shape: str) -> tuple[list[tuple[str, float]], str]:
-    """Each stage's GPU time per forward (us) from the profiler, or, where the profiler
-    gave none, from each stage timed alone; and which of the two it is."""
+    """Each stage's time per forward (us), and where it comes from: each stage timed alone
+    (medians, as the layer is timed; they add up to about the layer's time), or, for a
+    record without those, the GPU time the profiler gave each stage's range."""
     stages = _profile(rec, shape)["stages"]
-    if sum(s.get("cuda_us", 0.0) for s in stages) > 0:
-        return [(s["stage"], s.get("cuda_us", 0.0)) for s in stages], "torch.profiler"
-    return [(s["stage"], 1e3 * s.get("ms", 0.0)) for s in stages], "each stage timed alone"
+    if all("ms" in s for s in stages):
+        return [(s["stage"], 1e3 * s["ms"]) for s in stages], "each stage timed alone"
+    return [(s["stage"], s.get("cuda_us", 0.0)) for s in stages], "torch.profiler"
 
 
 def stage_rows(rec, shape: str) -> list[dict]:
-    """Ours, stage by stage: GPU time per forward, share, host time, and the stage timed alone."""
+    """Ours, stage by stage: its time alone, its share, and what the profiler saw in the
+    stage's range: the GPU time of the kernels attributed to it ("-": none attributed),
+    and the host time."""
     times, _ = stage_times_us(rec, shape)
     total = sum(t for _, t in times) or 1.0
     by = {s["stage"]: s for s in _profile(rec, shape)["stages"]}
-    return [{"stage": name, "GPU us": us, "share %": 100 * us / total,
-             "host us": _or(by[name].get("cpu_us")),
-             "alone us": _or(None if "ms" not in by[name] else 1e3 * by[name]["ms"])}
-            for name, us in times]
+    return [{"stage": name, "alone us": us, "share %": 100 * us / total,
+             "profiler GPU us": by[name].get("cuda_us") or "-",
+             "profiler host us": _or(by[name].get("cpu_us"))} for name, us in times]
 
 
 def _kernel_rows(table: dict) -> list[dict]:
@@ -201,9 +203,13 @@ def format_profile(rec, shape: str) -> str:
     p = _profile(rec, shape)
     if "error" in p:
         return f"profile of {shape_label(rec, shape)}: {p['error']}"
-    _, how = stage_times_us(rec, shape)
+    times, how = stage_times_us(rec, shape)
+    layer = next((ms(e, OURS) for e in entries(rec, "layer", shape)
+                  if e["tokens"] == p["tokens"]), None)
+    total = f"{sum(t for _, t in times):,.0f} us in all" + (
+        f"; the layer, timed whole: {1e3 * layer:,.0f} us" if layer else "")
     out = [f"One forward, {shape_label(rec, shape)}, {p['tokens']:,} tokens ({rec.label})",
-           f"ours, stage by stage (GPU time from {how}):\n" + format_rows(stage_rows(rec, shape))]
+           f"ours, stage by stage ({how}: {total}):\n" + format_rows(stage_rows(rec, shape))]
     for name in (OURS, LOOP):
         q = p[name]
         if "error" in q or not q.get("kernels"):
@@ -216,7 +222,7 @@ def format_profile(rec, shape: str) -> str:
 
 
 def plot_stages(rec, ax=None):
-    """Each stage's share of ours' GPU time, one bar per shape."""
+    """Each stage's share of ours' time (:func:`stage_times_us`), one bar per shape."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -238,8 +244,8 @@ def plot_stages(rec, ax=None):
                         for k in shapes], fontsize=8)
     ax.set_xlim(0, 100)
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))
-    return finish(ax, title=f"Where one MoE forward spends its GPU time ({', '.join(hows)})",
-                  xlabel="share of ours' GPU time (%)", ylabel="shape", source=rec.label,
+    return finish(ax, title=f"Where one MoE forward spends its time ({', '.join(hows)})",
+                  xlabel="share of the layer's time (%)", ylabel="shape", source=rec.label,
                   legend=False)
 
 
