@@ -120,7 +120,8 @@ def test_two_rank_demo_matches_one_process():
 
     out = parallel.launch(ex.ep_demo_rank, 2, timeout_s=120)
     copies = ex.EP_DEMO["tokens_per_rank"] * ex.EP_DEMO["top_k"]
+    tol = helpers.pick_size(gpu=moe.TOLERANCES[torch.float32][0], cpu=1e-5)   # TF32 on a GPU
     for r in out:
-        assert r["sequential max error"] < 1e-5 and r["overlapped max error"] < 1e-5, r
+        assert r["sequential max error"] <= tol and r["overlapped max error"] <= tol, r
         assert sum(r["rows sent to each rank"]) == copies
     assert [r["experts held"] for r in out] == [[0, 1], [2, 3]]
