@@ -469,7 +469,8 @@ def _shape_parts(key: str, cfg: dict, dtype, out: dict) -> None:
 
 @experiment("moe")
 def moe_experiment(smoke: bool = False) -> dict:
-    """Every measurement of lesson 08 (about 3 minutes on an H100; seconds with ``smoke``)."""
+    """Every measurement of lesson 08 (about a minute on an H100, tuning included; seconds
+    with ``smoke``)."""
     start = time.perf_counter()
     cfg = sizes(smoke)
     dtype = torch_dtype(cfg["dtype"])
