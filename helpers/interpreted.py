@@ -111,9 +111,17 @@ def _language_snapshot():
 
 
 def _language_restore(snapshot) -> None:
+    # The interpreter copies its own module globals (``interpreter_semantic``, ...) into
+    # the globals of every function it rewrites, e.g. ``tl.cumsum``'s module, and caches
+    # the rewritten function for the process. Deleting them would break the next
+    # interpreted call of that cached function (NameError: interpreter_semantic); they
+    # name interpreter objects only, which no compiled kernel reads, so they stay.
+    from triton.runtime import interpreter
+
+    injected = set(vars(interpreter))
     for obj, saved in snapshot:
         for name in list(vars(obj)):
-            if name not in saved:
+            if name not in saved and name not in injected:
                 try:
                     delattr(obj, name)
                 except (AttributeError, TypeError):

@@ -54,6 +54,7 @@ def expert_of_tile(tile, counts_ptr, E, E_POW2: tl.constexpr, BLOCK_M: tl.conste
     """
     e = tl.arange(0, E_POW2)
     counts = tl.load(counts_ptr + e, mask=e < E, other=0)
+    # >>> assignment: tiles per expert, the expert that owns `tile`, and its rows
     tiles = (counts + BLOCK_M - 1) // BLOCK_M            # 0 for an expert with no rows
     tiles_end = tl.cumsum(tiles, axis=0)                  # first tile *after* expert e
     expert = tl.sum((tiles_end <= tile).to(tl.int32), axis=0)
@@ -62,7 +63,9 @@ def expert_of_tile(tile, counts_ptr, E, E_POW2: tl.constexpr, BLOCK_M: tl.conste
     expert_start = tl.sum(tl.where(before, counts, 0), axis=0)     # = offsets[expert]
     expert_rows = tl.sum(tl.where(e == expert, counts, 0), axis=0)
     start = expert_start + (tile - first_tile) * BLOCK_M
-    return expert, start, expert_start + expert_rows
+    end = expert_start + expert_rows
+    # <<< assignment
+    return expert, start, end
 
 
 @triton.jit
@@ -165,10 +168,12 @@ def _config(bm, bn, bk, warps, stages, group_m=8) -> dict:
 # many experts): a 128-row tile on a 10-row expert computes 118 rows of padding.
 SWIGLU_SPACE = [_config(*c) for c in (
     (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
-    (64, 64, 64, 4, 4), (64, 128, 64, 8, 4), (32, 64, 64, 4, 4), (16, 64, 128, 4, 4))]
+    (64, 64, 64, 4, 4), (64, 128, 64, 8, 4), (64, 256, 64, 8, 3), (32, 64, 64, 4, 4),
+    (16, 64, 128, 4, 4))]
 MATMUL_SPACE = [_config(*c) for c in (
     (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 64, 64, 4, 4),
-    (64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4), (16, 64, 128, 4, 4))]
+    (64, 128, 64, 4, 4), (64, 256, 64, 8, 3), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4),
+    (16, 64, 128, 4, 4))]
 CPU_CONFIG = _config(16, 32, 32, 4, 1)
 
 

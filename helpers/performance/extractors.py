@@ -187,10 +187,12 @@ def autotuning(rec) -> list[Row]:
 def moe(rec) -> list[Row]:
     """Lesson 08: the experts as one grouped GEMM beside the per-expert loop,
     ``torch._grouped_mm`` (its faster weight layout) and a dense matmul of the same FLOPs at
-    each shape's smallest and largest token count, and the whole layer beside the loop at
-    the largest; every token count that misses a target; a part of the experiment that
+    each shape's smallest and largest token count and the one its targets hold at
+    (``plots.moe.TARGET_TOKENS``), the whole layer beside the loop at the same; every
+    token count that misses a target; a part of the experiment that
     failed, as a row that says so."""
     from ..experiments import moe as m
+    from ..plots import moe as moe_plots
 
     ctx = Context(rec)
     res, rows = ctx.res, []
@@ -205,22 +207,25 @@ def moe(rec) -> list[Row]:
         wrong = {part: check_of(checks[0][part].one(name=m.OURS)) if checks else ""
                  for part in ("experts", "layer")}
         found = res["experts"].where_(shape=key) or [res["experts"].one(shape=key)]
-        shown = {min(e["tokens"] for e in found), max(e["tokens"] for e in found)}
+        held = moe_plots.TARGET_TOKENS.get(key)          # the token count its goals hold at
+        shown = {min(e["tokens"] for e in found), max(e["tokens"] for e in found), held}
         for e in found:
             gmm = [v for v in e["versions"] if v["name"] in m.GMM.values()]
             gmm = min(gmm, key=lambda v: timing(v) or float("inf"))["name"]
             for base, target in ((m.LOOP, ""), (gmm, f"moe_vs_grouped_mm_{key}"),
-                                 (m.DENSE, "moe_vs_dense")):
+                                 (m.DENSE, f"moe_vs_dense_{key}")):
                 row = versions(ctx, e, m.OURS, base, f"MoE experts: {m.OURS}",
                                f"{shape}, T={e['tokens']} {dtype}", "TFLOP/s", dtype,
-                               _if_set(target), wrong["experts"])
+                               _if_set(target) if e["tokens"] == held else [],
+                               wrong["experts"])
                 if e["tokens"] in shown or row.missed:
                     rows.append(row)
         for e in res["layer"].where_(shape=key):
             row = versions(ctx, e, m.OURS, m.LOOP, f"MoE layer: {m.OURS}",
                            f"{shape}, T={e['tokens']} {dtype}", "TFLOP/s", dtype,
-                           _if_set(f"moe_layer_{key}"), wrong["layer"])
-            if e["tokens"] == max(shown) or row.missed:
+                           _if_set(f"moe_layer_{key}") if e["tokens"] == held else [],
+                           wrong["layer"])
+            if e["tokens"] in shown or row.missed:
                 rows.append(row)
     return rows
 

@@ -128,14 +128,15 @@ def _lesson_08() -> dict:
         return {}
     src = "helpers/plots/moe.py, {}; its targets()"
     out = {f"moe_vs_grouped_mm_{k}": Target(
-        goal, "x", f"lesson 08's experts, {k} shape, every token count: {{goal}} the speed of "
+        goal, "x", f"lesson 08's experts, {k} shape, {moe.TARGET_TOKENS[k]} tokens: {{goal}} the speed of "
         "torch._grouped_mm (its faster weight layout)", src.format("VS_GROUPED_MM"))
         for k, goal in moe.VS_GROUPED_MM.items()}
-    out["moe_vs_dense"] = Target(moe.VS_DENSE, "x", "lesson 08's experts, every shape and token "
-                                 "count: {goal} the speed of a dense matmul of the same FLOPs",
-                                 src.format("VS_DENSE"))
+    out.update({f"moe_vs_dense_{k}": Target(
+        moe.VS_DENSE, "x", f"lesson 08's experts, {k} shape, {tokens} tokens: {{goal}} the "
+        "speed of a dense matmul of the same FLOPs", src.format("VS_DENSE"))
+        for k, tokens in moe.TARGET_TOKENS.items()})
     out.update({f"moe_layer_{k}": Target(
-        goal, "x", f"lesson 08's layer, {k} shape, every token count: {{goal}} the speed of "
+        goal, "x", f"lesson 08's layer, {k} shape, {moe.TARGET_TOKENS[k]} tokens: {{goal}} the speed of "
         "the per-expert loop", src.format("LAYER_VS_LOOP"))
         for k, goal in moe.LAYER_VS_LOOP.items()})
     return out
