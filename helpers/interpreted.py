@@ -40,6 +40,7 @@ def interpreted(namespace: dict):
     if runtime.is_gpu():
         from triton.runtime.interpreter import InterpretedFunction
 
+        index_scalars_like_triton_3_7()
         for name, kernel in notebook_kernels(namespace).items():
             swapped[name] = kernel
             namespace[name] = InterpretedFunction(kernel.fn)
@@ -54,6 +55,30 @@ def interpreted(namespace: dict):
             namespace[name] = kernel
         if snapshot is not None:
             _language_restore(snapshot)
+
+
+def index_scalars_like_triton_3_7() -> None:
+    """Let Triton 3.6's interpreter run loops under NumPy >= 2.4, as Triton 3.7's does.
+
+    The interpreter holds a scalar (``K`` in ``range(0, K, BLOCK_K)``) as a one-element
+    array, and Triton 3.6 turns it into a Python int with ``int(array)``, which NumPy 2.4
+    refuses for an array with a dimension ("only 0-dimensional arrays can be converted
+    to Python scalars"); 3.7 squeezes the array first. A GPU machine with Triton 3.6 and
+    a new NumPy can run compiled kernels but could not watch a kernel with a loop. This
+    makes 3.6 squeeze too; on a Triton that already does, it changes nothing.
+    """
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "squeezes_scalars", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor.squeezes_scalars = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
 
 
 @contextlib.contextmanager
