@@ -293,17 +293,13 @@ def _assert_met(rec, prefix: str) -> None:
         + f"\n{plots.format_targets(rows)}\n({rec.label})")
 
 
-# The targets, one test per goal. Those the committed H100 record misses are strict xfails
-# (a record that meets them fails here until the mark goes), each saying by how much.
+# The targets, one test per goal. A goal the committed H100 record misses gets a strict
+# xfail (a record that meets it fails here until the mark goes), saying by how much.
 
 def test_target_experts_vs_grouped_mm_at_128_experts(rec):
     _assert_met(rec, "experts vs _grouped_mm, E=128")
 
 
-@pytest.mark.xfail(strict=True, reason="H100 record at 782bfac: 0.949x torch._grouped_mm "
-                   "(its row-major layout) at 4k tokens, goal 0.95x: short by 0.1%, inside the "
-                   "rounds' spread (ours 5.40-5.52 ms, _grouped_mm 5.15-5.50 ms; medians 5.46 "
-                   "and 5.18): open work in moe_grouped")
 def test_target_experts_vs_grouped_mm_at_8_experts(rec):
     _assert_met(rec, "experts vs _grouped_mm, E=8")
 
