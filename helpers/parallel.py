@@ -95,6 +95,13 @@ def _rank_main(rank, fn, world, port, backend_name, folder, args, timeout_s):
     if backend_name == "nccl":
         torch.cuda.set_device(rank)
         options["device_id"] = torch.device("cuda", rank)
+        # NCCL's copies run as kernels on the SMs. On a high-priority stream their blocks
+        # are scheduled first as the blocks of a running GEMM retire, so an exchange meant
+        # to overlap a GEMM that fills every SM does not wait for the GEMM's last wave.
+        try:
+            options["pg_options"] = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
+        except (AttributeError, TypeError):       # a torch without them: the default stream
+            pass
     else:
         torch.set_num_threads(1)
     dist.init_process_group(backend_name, init_method=f"tcp://127.0.0.1:{port}", rank=rank,

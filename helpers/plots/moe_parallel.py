@@ -23,6 +23,8 @@ def parallel_rows(rec) -> list[dict]:
     for c in rec.results["cases"]:
         out.append({"shape": _label(c), "tokens/rank": c["tokens_per_rank"],
                     "sequential ms": c["sequential_ms"], "overlapped ms": c["overlapped_ms"],
+                    **({"overlapped, 2 chunks": c["overlapped_ms_by_chunks"]["2"]}
+                       if "2" in c.get("overlapped_ms_by_chunks", {}) else {}),
                     "experts ms": c["experts_ms"], "all-to-all ms": c["all_to_all_ms"],
                     "napkin ms": c["napkin_exchange_ms"],
                     "GB/s": c["all_to_all_gb_per_s"] if c["all_to_all_gb_per_s"] else "-"})
