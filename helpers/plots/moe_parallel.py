@@ -17,14 +17,19 @@ def _label(case: dict) -> str:
     return f"E={case['experts']} top-{case['top_k']}"
 
 
+def _int(item):
+    return int(item[0])
+
+
 def parallel_rows(rec) -> list[dict]:
     """One line per (shape, tokens per rank)."""
     out = []
     for c in rec.results["cases"]:
         out.append({"shape": _label(c), "tokens/rank": c["tokens_per_rank"],
-                    "sequential ms": c["sequential_ms"], "overlapped ms": c["overlapped_ms"],
-                    **({"overlapped, 2 chunks": c["overlapped_ms_by_chunks"]["2"]}
-                       if "2" in c.get("overlapped_ms_by_chunks", {}) else {}),
+                    "sequential ms": c["sequential_ms"],
+                    **({f"overlapped, {k} chunks": ms
+                        for k, ms in sorted(c["overlapped_ms_by_chunks"].items(), key=_int)}
+                       if "overlapped_ms_by_chunks" in c else {"overlapped ms": c["overlapped_ms"]}),
                     "experts ms": c["experts_ms"], "all-to-all ms": c["all_to_all_ms"],
                     "napkin ms": c["napkin_exchange_ms"],
                     "GB/s": c["all_to_all_gb_per_s"] if c["all_to_all_gb_per_s"] else "-"})
