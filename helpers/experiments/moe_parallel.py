@@ -224,11 +224,15 @@ def default_world(gpus: int, experts) -> int:
 
 
 @experiment("moe_parallel")
-def moe_parallel(smoke: bool = False, world: int | None = None, chunks: int = CHUNKS) -> dict:
+def moe_parallel(smoke: bool = False, world: int | None = None, chunks: int = CHUNKS,
+                 tokens=None) -> dict:
     """Expert parallelism on ``world`` GPUs (default: as many of this machine's as split
-    the experts evenly; at least 2). A few minutes on 2 to 8 H100s; seconds with ``smoke``."""
+    the experts evenly; at least 2). A few minutes on 2 to 8 H100s; seconds with ``smoke``.
+    ``tokens`` replaces the token counts per rank."""
     runtime.require_gpu("timing expert parallelism")
     cfg = sizes(smoke, chunks)
+    if tokens is not None:
+        cfg["tokens"] = list(tokens)
     have = torch.cuda.device_count()
     world = default_world(have, [s[1] for s in cfg["shapes"]]) if world is None else world
     if not 2 <= world <= have:
@@ -237,3 +241,10 @@ def moe_parallel(smoke: bool = False, world: int | None = None, chunks: int = CH
             f"{have} and {world} ranks were asked for. Run it where torch.cuda.device_count() "
             ">= 2 (tests/gpu/device.sh record moe_parallel on a multi-GPU machine).")
     return {**run(world, cfg), "link": link_report()}
+
+
+@experiment("moe_parallel_4gpu")
+def moe_parallel_4gpu(smoke: bool = False) -> dict:
+    """The same on 4 GPUs, at the two larger token counts: with 4 ranks three quarters of
+    every rank's rows travel, against half with 2 (kept apart from the 2-GPU record)."""
+    return moe_parallel(smoke, world=4, tokens=None if smoke else TOKENS[1:])

@@ -305,13 +305,14 @@ EXTRACTORS = {"memory_wall": memory_wall, "memory_levels": memory_levels,
               "moe": moe}
 # A lesson's further experiments: the topic of the lesson each belongs to.
 TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fusion",
-            "attention_tiles": "attention", "moe_parallel": "moe"}
+            "attention_tiles": "attention", "moe_parallel": "moe", "moe_parallel_4gpu": "moe"}
 # Records with no course kernel timed beside a baseline, and why.
 NOT_REPORTED = {
     "roofline": "PyTorch's and cuBLAS's own ops placed on the roofline: no course kernel",
     "probes": "the copy and matmul ceilings, measured with PyTorch alone",
     "attention_tiles": "lesson 06's kernels under each tile setting: a sweep with no baseline",
     "moe_parallel": "expert parallelism across the GPUs of one machine, not one GPU's kernels",
+    "moe_parallel_4gpu": "the same across 4 GPUs",
 }
 
 
