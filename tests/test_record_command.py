@@ -1,0 +1,35 @@
+"""``./course record``: with no names it measures every experiment this machine can run,
+skipping (and naming) those that need more GPUs; a name asked for fails loudly."""
+
+import pytest
+
+from helpers import record, records, runtime
+
+
+@pytest.fixture
+def two_experiments(monkeypatch, tmp_path):
+    measured = []
+
+    def measure(name):
+        if name == "needs_four_gpus":
+            raise runtime.NeedsGPUError("expert parallelism is measured on 2 or more GPUs")
+        measured.append(name)
+        return name
+
+    monkeypatch.setattr(runtime, "is_gpu", lambda: True)
+    monkeypatch.setattr(record.experiments, "load_all",
+                        lambda: {"needs_four_gpus": None, "single_gpu": None})
+    monkeypatch.setattr(records, "measure", measure)
+    monkeypatch.setattr(records, "write", lambda rec, out: tmp_path / f"{rec}.json")
+    return measured
+
+
+def test_all_skips_what_needs_more_gpus_and_says_why(two_experiments, capsys):
+    assert record.main([]) == 0
+    assert two_experiments == ["single_gpu"]
+    assert "needs_four_gpus: skipped, expert parallelism" in capsys.readouterr().err
+
+
+def test_a_named_experiment_that_cannot_run_fails(two_experiments):
+    with pytest.raises(runtime.NeedsGPUError):
+        record.main(["needs_four_gpus"])
