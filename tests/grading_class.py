@@ -181,6 +181,9 @@ def grade_class(tmp_path: Path, students: dict, *grader_args: str,
     notebooks_before = _files(folder)
     repo_before = repo_snapshot() if check_repo else {}
 
+    # Children this test process had before the grading (multiprocessing's resource
+    # tracker, left by an earlier test that started ranks) are not the grading's.
+    already = set(_descendants(os.getpid()))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     peak = [0]
@@ -211,8 +214,9 @@ def grade_class(tmp_path: Path, students: dict, *grader_args: str,
     out_after = _files(out) if out.exists() else {}
     time.sleep(0.5)                      # a sandbox torn down a moment after its kernel
     _reap()                              # the dead (zombies re-parented to us) are not left
-    leftovers = [f"{pid} {_cmdline(pid)}" for pid in _descendants(os.getpid())]
-    for pid in _descendants(os.getpid()):   # ours (re-parented to us): end them, reap them
+    outlived = [pid for pid in _descendants(os.getpid()) if pid not in already]
+    leftovers = [f"{pid} {_cmdline(pid)}" for pid in outlived]
+    for pid in outlived:                    # ours (re-parented to us): end them, reap them
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
