@@ -105,9 +105,16 @@ def test_the_blank_assignment_scores_zero_without_crashing(graded_plants):
     assert_blank(graded_plants["blank"], SPEC)
 
 
+# Parts a plant may lose or keep, depending on the grader's random inputs: without its
+# rescale, l (and so the lse) is off only for rows whose maximum rises in a later key
+# tile, by more than the tolerance only where it rises enough; whether the lse part's
+# cases have such a row depends on the seed (a full CI run once lost 2c to it).
+EITHER = {"no_rescaling": ("2c",)}
+
+
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_a_planted_mistake_loses_exactly_its_points(graded_plants, name):
-    assert_loses_exactly(graded_plants[name], SPEC, PLANTS[name][1])
+    assert_loses_exactly(graded_plants[name], SPEC, PLANTS[name][1], EITHER.get(name, ()))
 
 
 def test_the_assignment_is_registered_and_counts_25_points():
