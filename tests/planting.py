@@ -126,7 +126,8 @@ def assert_loses_exactly(report, spec, expected: dict, either=()):
     assert lost >= sum(points[k] for k in expected), (
         f"lost {lost} points, expected at least {sum(points[k] for k in expected)}: " + "; ".join(
             f"{p['key']} {p['points']}/{p['max_points']} {p['status']}"
-            for p in report["parts"]))
+            for p in report["parts"]) + f" (error: {report.get('error')!r}; "
+        f"notes: {report.get('notes')!r})")
     assert report["score"] == counted - lost and report["max_score"] == counted
 
 
