@@ -222,7 +222,13 @@ def shape_rows(rec) -> list[dict]:
              "torch TFLOP/s": s["torch_tflops"], "tuned TFLOP/s": s["tuned_tflops"],
              "fixed TFLOP/s": s["torch_tflops"] * s["torch_ms"] / s["fixed_ms"],
              "tuned/torch": s["tuned_vs_torch"], "tuned/fixed": s["tuned_vs_fixed"],
-             "chosen setting": describe(s["tuned_config"])} for s in rec.results["shapes"]]
+             "chosen setting": _chosen(s)} for s in rec.results["shapes"]]
+
+
+def _chosen(row) -> str:
+    """The kept setting, marked when it is the persistent TMA kernel's."""
+    persistent = row.get("tuned_kernel") == "persistent"
+    return describe(row["tuned_config"]) + (" persistent TMA" if persistent else "")
 
 
 def geomeans(rec) -> dict:

@@ -1,0 +1,285 @@
+"""Lesson 07, what settings alone cannot fix: a persistent matmul fed by the TMA.
+
+:func:`~helpers.kernels.matmul_tuned.matmul_kernel_v6` launches one program per output
+tile and loads its tiles with ``cp.async``: every thread computes addresses and copies
+16 bytes at a time. Two costs stay whatever the settings:
+
+* **Per-tile start-up and tail.** A program fills its software pipeline, runs K / BLOCK_K
+  steps, then stores its tile while nothing else runs on that SM. At K = 1000 a 128 x 256
+  tile has only 16 steps, so the fill and the store are a large share of its time.
+  A *persistent* kernel launches one program per SM; each walks a list of tiles
+  (``tile_id``, ``tile_id + NUM_SMS``, ...), and with ``FLATTEN`` Triton pipelines the
+  tile loop and the K loop as one: the next tile's loads are in flight while this tile
+  is stored.
+* **Address arithmetic and alignment.** Hopper's Tensor Memory Accelerator (TMA) copies
+  a whole 2-D box from global to shared memory from one descriptor (base, shape,
+  strides, box size): no per-thread addresses, and rows or columns past the edge come
+  back as zeros, so no masks either. The descriptor is built on the GPU
+  (``tl.make_tensor_descriptor``), in a small scratch buffer Triton asks the allocator
+  for.
+
+Measured on an H100 80GB HBM3 (fp16, triton 3.6, one setting, 128 x 256 x 64 tiles): at
+4000 x 3000 x 1000 the one-tile-per-program kernel took 76 us, this one 61 us, cuBLAS 47
+us; with B's rows padded to whole 128-byte lines (a 6000-byte row starts mid-line, so
+every row of every box touches one line more) this one took 47 us. :func:`pads_b` decides
+when that copy pays.
+
+The TMA needs compute capability 9.0 (Hopper) or newer, 16-byte aligned rows and a
+contiguous last dimension: :func:`usable` says whether a call qualifies, and
+:mod:`~helpers.kernels.matmul_tuned` runs this kernel only where it qualifies and its
+tuned time beats v6's.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from .matmul_ladder import grouped_tile
+
+KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "FLATTEN", "SPLIT_EPILOGUE", "num_warps",
+        "num_stages")
+# A box's rows, for the padding rule: B is re-read once per BLOCK_M rows of A.
+ROWS_PER_READ_OF_B = 128
+# Pad B when it is read this many times or more (16 reads of B pay for one copy of it).
+READS_OF_B_TO_PAD = 16
+CACHE_LINE = 128
+
+
+def _config(bm, bn, bk, warps, stages, flatten=False, split_epilogue=False) -> dict:
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, FLATTEN=flatten,
+                SPLIT_EPILOGUE=split_epilogue, num_warps=warps, num_stages=stages)
+
+
+# The candidates: the large tiles of v6's space, with and without the flattened tile loop
+# and the split epilogue (the C tile stored as two halves: half the shared memory for the
+# store, which leaves room for one more pipeline stage).
+PERSISTENT_SPACE = [
+    _config(128, 256, 64, 8, 3, flatten=True, split_epilogue=True),
+    _config(128, 256, 64, 8, 3),
+    _config(128, 256, 64, 8, 4, split_epilogue=True),
+    _config(128, 128, 64, 8, 4, flatten=True),
+    _config(128, 128, 64, 4, 4),
+    _config(128, 128, 128, 8, 3),
+    _config(128, 64, 64, 4, 5),
+    _config(64, 128, 64, 4, 5),
+]
+
+
+@triton.jit
+def matmul_kernel_persistent(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                             M_BUCKET, N_BUCKET, K_BUCKET,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                             NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr,
+                             SPLIT_EPILOGUE: tl.constexpr):
+    # One descriptor per matrix: the TMA unit reads boxes of it, zero-filling past M, N, K.
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                       block_shape=[BLOCK_K, BLOCK_N])
+    if SPLIT_EPILOGUE:
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N // 2])
+    else:
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # This program's tiles: its id, then every NUM_SMS-th one (one program per SM).
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_SMS, flatten=FLATTEN):
+        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
+        row, col = pid_m * BLOCK_M, pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            acc = tl.dot(a_desc.load([row, k]), b_desc.load([k, col]), acc)
+        out = acc.to(c_ptr.dtype.element_ty)
+        if SPLIT_EPILOGUE:   # two BLOCK_M x BLOCK_N/2 halves: a smaller staging buffer
+            left, right = tl.split(tl.permute(tl.reshape(out, (BLOCK_M, 2, BLOCK_N // 2)),
+                                              (0, 2, 1)))
+            c_desc.store([row, col], left)
+            c_desc.store([row, col + BLOCK_N // 2], right)
+        else:
+            c_desc.store([row, col], out)   # rows and columns past M and N are dropped
+
+
+# --------------------------------------------------------------------------------------
+# What can run: the GPU, the operands' layout, shared memory.
+# --------------------------------------------------------------------------------------
+
+
+def shared_memory_bytes(config: dict, dtype=torch.float16) -> int:
+    """The pipeline's A and B boxes plus the staging buffer of the C tile's store."""
+    size = torch.empty((), dtype=dtype).element_size()
+    boxes = config["num_stages"] * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"]
+    store = config["BLOCK_M"] * config["BLOCK_N"] // (2 if config["SPLIT_EPILOGUE"] else 1)
+    return (boxes + store) * size
+
+
+def _tma_rows(t: torch.Tensor) -> bool:
+    """Row-major with every row starting on a 16-byte boundary: what a descriptor needs."""
+    return (t.stride(-1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0
+            and t.data_ptr() % 16 == 0)
+
+
+def usable(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, str]:
+    """Whether ``a @ b`` can run on this kernel here, and if not, why."""
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        return False, f"{a.dtype}: this kernel is written for fp16 and bf16"
+    if runtime.is_gpu() and torch.cuda.get_device_capability(a.device)[0] < 9:
+        return False, "the TMA needs compute capability 9.0 (Hopper) or newer"
+    for name, t in (("A", a), ("B", b)):
+        if not _tma_rows(t):
+            return False, f"{name}'s rows are not contiguous and 16-byte aligned"
+    if (b.shape[1] * b.element_size()) % 16:
+        return False, "C's rows (N elements) would not be 16-byte aligned"
+    return True, "usable"
+
+
+def pads_b(M: int, b: torch.Tensor) -> bool:
+    """Copy B into rows padded to whole 128-byte lines before the product?
+
+    A row that starts mid-line makes every row of every box of B touch one line more.
+    B is read once per ``ROWS_PER_READ_OF_B`` rows of A; copying it costs about two
+    reads. Pad when B's rows are misaligned and it is read ``READS_OF_B_TO_PAD`` times
+    or more.
+    """
+    misaligned = (b.stride(0) * b.element_size()) % CACHE_LINE != 0
+    return misaligned and triton.cdiv(M, ROWS_PER_READ_OF_B) >= READS_OF_B_TO_PAD
+
+
+def padded_to_lines(b: torch.Tensor) -> torch.Tensor:
+    """``b`` copied into rows that start on 128-byte boundaries (a strided view)."""
+    per_line = CACHE_LINE // b.element_size()
+    out = torch.empty((b.shape[0], triton.cdiv(b.shape[1], per_line) * per_line),
+                      device=b.device, dtype=b.dtype)
+    out[:, :b.shape[1]] = b
+    return out[:, :b.shape[1]]
+
+
+def _scratch(size: int, alignment: int, stream):
+    """Global memory for the descriptors the kernel builds (Triton asks per launch)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def use_scratch_allocator() -> None:
+    """Give Triton the allocator for on-GPU descriptors. A context variable: set it
+    before every launch, since a notebook may run each cell in a fresh context."""
+    if runtime.is_gpu():
+        triton.set_allocator(_scratch)
+
+
+def sm_count(device) -> int:
+    if runtime.is_gpu():
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4   # the interpreter: a few programs, each walking several tiles
+
+
+def grid_for(M: int, N: int, sms: int):
+    """One program per SM, or per tile when there are fewer tiles than SMs."""
+    def grid(meta):
+        return (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+    return grid
+
+
+# --------------------------------------------------------------------------------------
+# Tuning and launching.
+# --------------------------------------------------------------------------------------
+
+CPU_CONFIG = _config(32, 32, 32, 4, 1)      # interpreter: small boxes, no pipeline
+GROUP_M = 8
+
+
+def _bucket(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def prune(configs, named_args, **kwargs) -> list:
+    """Triton's ``early_config_prune``: settings that fit shared memory and the shape."""
+    M, N = named_args["M"], named_args["N"]
+    dtype = named_args["a_ptr"].dtype
+    shared = triton.runtime.driver.active.utils.get_device_properties(
+        torch.cuda.current_device())["max_shared_mem"] if runtime.is_gpu() else 232_448
+    kept = []
+    for c in configs:
+        setting = {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
+        if shared_memory_bytes(setting, dtype) > shared:
+            continue
+        if c.kwargs["BLOCK_M"] > max(64, 2 * M) or c.kwargs["BLOCK_N"] > max(64, 2 * N):
+            continue                            # a box mostly past the edge
+        kept.append(c)
+    return kept or list(configs[-1:])
+
+
+matmul_kernel_persistent_tuned = triton.autotune(
+    configs=[triton.Config({k: c[k] for k in KEYS[:5]}, num_warps=c["num_warps"],
+                           num_stages=c["num_stages"]) for c in PERSISTENT_SPACE],
+    key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "stride_bk"],   # as v6: B's row length too
+    prune_configs_by={"early_config_prune": prune}, cache_results=True,
+)(matmul_kernel_persistent)
+
+
+_TUNED_MS: dict = {}
+
+
+def tuned_ms(tuner, args: tuple, kwargs: dict | None = None) -> float:
+    """The median time of the setting ``tuner`` chose for these arguments' key.
+
+    Read from the tuner's timings right after it tuned (or loaded them from its disk
+    cache), and remembered: a key it already knew brings no timings of its own.
+    """
+    given = {**dict(zip(tuner.arg_names, args)), **(kwargs or {})}   # the tuner's own key
+    key = tuple([given[k] for k in tuner.keys if k in given]
+                + [str(v.dtype) for v in given.values() if hasattr(v, "dtype")])
+    if (id(tuner), key) not in _TUNED_MS:
+        timing = tuner.configs_timings[tuner.cache[key]]
+        _TUNED_MS[id(tuner), key] = timing[0] if isinstance(timing, (list, tuple)) else timing
+    return _TUNED_MS[id(tuner), key]
+
+
+def launch(a: torch.Tensor, b: torch.Tensor, config: dict | None = None):
+    """``a @ b`` on the persistent kernel: returns ``(c, run, config, ms)``. ``run(a, b)``
+    repeats the product for another pair of the same shape and layout without the
+    autotuner or the JIT (the compiled kernel is called directly); ``ms`` is the tuned
+    setting's time (``None`` when a config was given).
+
+    ``config=None`` on a GPU: autotuned per bucketed shape. In CPU mode: :data:`CPU_CONFIG`
+    unless given. The caller checks :func:`usable` first.
+    """
+    M, K = a.shape
+    N = b.shape[1]
+    pad = pads_b(M, b)
+    b_run = padded_to_lines(b) if pad else b
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    sms = sm_count(a.device)
+    grid = grid_for(M, N, sms)
+    tail = (M, N, K, a.stride(0), b_run.stride(0), c.stride(0), _bucket(M), _bucket(N), _bucket(K))
+    if config is None and runtime.is_cpu():
+        config = CPU_CONFIG
+    use_scratch_allocator()
+    if config is None:
+        kernel, extra = matmul_kernel_persistent_tuned, {}
+    else:
+        kernel = matmul_kernel_persistent
+        extra = {k: config[k] for k in KEYS}
+    compiled = kernel[grid](a, b_run, c, *tail, GROUP_M=GROUP_M, NUM_SMS=sms, **extra)
+    ms = None if config else tuned_ms(kernel, (a, b_run, c, *tail))
+    chosen = config or {**kernel.best_config.kwargs, "num_warps": kernel.best_config.num_warps,
+                        "num_stages": kernel.best_config.num_stages}
+    constants = (chosen["BLOCK_M"], chosen["BLOCK_N"], chosen["BLOCK_K"], GROUP_M, sms,
+                 chosen["FLATTEN"], chosen["SPLIT_EPILOGUE"])
+    programs = grid({"BLOCK_M": chosen["BLOCK_M"], "BLOCK_N": chosen["BLOCK_N"]})
+
+    def run(a, b):
+        b = padded_to_lines(b) if pad else b
+        out = torch.empty((M, N), device=a.device, dtype=a.dtype)
+        use_scratch_allocator()
+        if compiled is None:                  # the interpreter compiles nothing
+            kernel[grid](a, b, out, *tail, GROUP_M=GROUP_M, NUM_SMS=sms, **extra)
+        else:
+            compiled[(*programs, 1, 1)](a, b, out, *tail, *constants)
+        return out
+
+    return c, run, chosen, ms

@@ -1,0 +1,103 @@
+"""Lesson 07's persistent TMA matmul (helpers.kernels.matmul_persistent).
+
+In CPU mode the kernel runs in Triton's interpreter, which reads and writes through the
+same descriptors (zero fill past the edges, stores clipped): products on shapes that are
+not multiples of any box, with the split epilogue and the flattened tile loop, on a B
+given as a strided view; the rules that say when the kernel can run and when B is worth
+padding. The tests marked ``gpu`` run it compiled and autotuned, and check that
+``matmul_tuned`` keeps whichever kernel timed faster and launches it again directly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import helpers
+from helpers.kernels import matmul_persistent as mp
+from helpers.kernels import matmul_tuned as mt
+
+DEVICE = helpers.device()
+CONFIGS = {
+    "cpu default": mp.CPU_CONFIG,
+    "split epilogue, flattened": mp._config(32, 64, 32, 4, 1, flatten=True, split_epilogue=True),
+    "tall box, short K step": mp._config(64, 32, 16, 4, 1),
+}
+SHAPES = [(1, 40, 72), (65, 72, 104), (100, 64, 48), (130, 136, 40)]
+
+
+def operands(M, N, K, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(M, K, generator=g).to(DEVICE, dtype),
+            torch.randn(K, N, generator=g).to(DEVICE, dtype))
+
+
+def assert_product(c, a, b, what):
+    want = a.float() @ b.float()
+    err = ((c.float() - want).abs().max() / want.abs().max()).item()
+    assert c.shape == want.shape and c.dtype == a.dtype, f"{what}: {tuple(c.shape)} {c.dtype}"
+    assert err < 2e-2, f"{what}: worst error {err:.2e} of the largest output"
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_every_setting_gives_the_product_past_every_edge(name, shape):
+    a, b = operands(*shape)
+    c, run, chosen, _ = mp.launch(a, b, CONFIGS[name])
+    assert_product(c, a, b, f"{name} on {shape}")
+    assert chosen == CONFIGS[name]
+    a2, b2 = operands(*shape, seed=1)
+    assert_product(run(a2, b2), a2, b2, f"{name} on {shape}, launched again on new inputs")
+
+
+def test_a_strided_b_with_padded_rows_reads_only_its_columns():
+    a, b = operands(70, 40, 56)
+    wide = mp.padded_to_lines(b)
+    assert wide.stride(0) * wide.element_size() % 128 == 0 and torch.equal(wide, b)
+    c, *_ = mp.launch(a, wide, mp.CPU_CONFIG)
+    assert_product(c, a, b, "B as a view of rows padded to 128 bytes")
+
+
+def test_what_the_tma_can_and_cannot_take():
+    a, b = operands(64, 64, 64)
+    assert mp.usable(a, b)[0]
+    assert "fp16 and bf16" in mp.usable(a.float(), b.float())[1]
+    odd_a, odd_b = operands(64, 64, 63)
+    assert "A's rows" in mp.usable(odd_a, odd_b)[1], "63 fp16 = 126 bytes: rows misaligned"
+    a60, b60 = operands(64, 60, 64)
+    assert "B's rows" in mp.usable(a60, b60)[1], "60 fp16 = 120 bytes"
+    assert "C's rows" in mp.usable(a60, mp.padded_to_lines(b60))[1], "B padded, C still 120"
+    assert "B's rows" in mp.usable(a, b.t().contiguous().t())[1], "column-major B"
+
+
+def test_b_is_padded_only_when_misaligned_and_read_many_times():
+    b = torch.empty(1000, 3000, dtype=torch.float16)          # 6000-byte rows: mid-line
+    assert mp.pads_b(4000, b), "32 reads of B pay for one copy"
+    assert not mp.pads_b(1000, b), "8 reads of B do not"
+    assert not mp.pads_b(4000, torch.empty(1000, 3072, dtype=torch.float16)), "whole lines"
+
+
+def test_every_candidate_fits_an_h100s_shared_memory():
+    for config in mp.PERSISTENT_SPACE:
+        used = mp.shared_memory_bytes(config, torch.bfloat16)
+        assert used <= 232_448, f"{config}: {used:,} bytes"
+    big = mp._config(128, 256, 64, 8, 4)
+    assert mp.shared_memory_bytes(big) > 232_448, "4 stages of 128x256 and a whole C tile"
+    assert mp.shared_memory_bytes({**big, "SPLIT_EPILOGUE": True}) <= 232_448
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(4000, 3000, 1000), (1000, 1000, 1000), (4096, 4096, 4096),
+                                   (2047, 4096, 1024), (128, 8192, 8192)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_compiled_autotuned_and_chosen(shape, dtype):
+    a, b = operands(*shape, dtype)
+    c, run, chosen, ms = mp.launch(a, b)
+    assert_product(c, a, b, f"autotuned persistent kernel {shape}")
+    assert ms > 0 and set(chosen) == set(mp.KEYS)
+    assert torch.equal(run(a, b), c), "the direct launch differs from the tuned one"
+    first = mt.matmul_tuned(a, b)
+    assert_product(first, a, b, f"matmul_tuned {shape}")
+    assert mt.last_choice(a, b)["kernel"] in ("v6", "persistent")
+    assert torch.equal(mt.matmul_tuned(a, b), first), "the kept plan differs from the first call"
