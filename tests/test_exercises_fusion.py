@@ -1,10 +1,18 @@
 """The exercise checks of lesson 05 (fusion): the bytes of eager SwiGLU and of the online
-softmax. Right answers pass; each classic slip is named; unanswered exercises say so.
+softmax; the predictions (the softmax against its bytes, the end-to-end speed-up, the
+compilations for three shapes); Amdahl's law, the hottest kernel of a profile and the
+compile-counting backend. Right answers pass; each classic slip is named; unanswered
+exercises say so.
 
-The expected counts are written out here from the kernels' reads and writes, so a change
-to the napkin math that breaks them fails this test."""
+The expected values are written out here by hand (the bytes from the kernels' reads and
+writes), so a change to the napkin math or the helpers that breaks them fails this test."""
 
+import math
+from types import SimpleNamespace
+
+import pytest
 import torch
+import torch._dynamo
 
 from helpers.exercises import fusion as ex
 from support import assert_unanswered
@@ -35,3 +43,97 @@ def test_online_softmax_bytes():
     assert "writes y once" in ex.check_online_softmax_bytes(8 * M * n, M, n).message
     assert "elements, not bytes" in ex.check_online_softmax_bytes(3 * M * n, M, n).message
     assert_unanswered(ex.check_online_softmax_bytes(..., M, n))
+
+
+def _record(naive_ms, fused_ms, naive_bytes=8, fused_bytes=2):
+    rows = [{"name": "naive (5 PyTorch ops)", "ms": naive_ms, "bytes": naive_bytes},
+            {"name": "fused Triton", "ms": fused_ms, "bytes": fused_bytes}]
+    return SimpleNamespace(gpu="a test GPU", results={"softmax": [
+        {"dtype": "fp16", "m": 4096, "n": 4096, "rows": rows}]})
+
+
+def test_softmax_vs_bytes():
+    # The bytes predict 8 / 2 = 4x; "about" is within 10 % of that.
+    assert ex.softmax_vs_bytes(_record(6.0, 1.0))["verdict"] == "more"
+    assert ex.softmax_vs_bytes(_record(4.3, 1.0))["verdict"] == "about"
+    assert ex.softmax_vs_bytes(_record(3.0, 1.0))["verdict"] == "less"
+    assert ex.check_softmax_vs_bytes("more", _record(6.0, 1.0))
+    wrong = ex.check_softmax_vs_bytes("about", _record(6.0, 1.0))
+    assert not wrong and "6.00x measured, 4.00x from the bytes" in wrong.message
+    assert_unanswered(ex.check_softmax_vs_bytes(None, _record(6.0, 1.0)))
+    with pytest.raises(KeyError):
+        ex.softmax_vs_bytes(_record(6.0, 1.0), n=1024)
+
+
+def test_amdahl():
+    assert ex.amdahl(0.5, 2) == pytest.approx(1 / 0.75)            # 0.5 + 0.25 of the time
+    assert ex.amdahl(0.01, 3) == pytest.approx(1 / (0.99 + 0.01 / 3))
+    assert ex.amdahl(0.01, 3) < 1.007                     # 3x on 1 % of the time: 0.7 %
+    assert ex.amdahl(0.0, 100) == 1                      # nothing sped up
+    assert ex.amdahl(1.0, 4) == pytest.approx(4)         # everything sped up
+    assert ex.amdahl(0.75, math.inf) == pytest.approx(4)  # the limit 1 / (1 - p)
+    assert ex.amdahl(0.5, 0.5) == pytest.approx(1 / 1.5)  # a slower kernel slows the whole
+    for p, k in ((1.5, 2), (-0.1, 2), (0.5, 0)):
+        with pytest.raises(ValueError):
+            ex.amdahl(p, k)
+
+
+PROFILE = {"sum_kernel_us": 100.0, "kernels": [
+    {"op": "aten.amax", "name": "reduce_kernel", "us": 20.0, "bytes": 10_000_000},
+    {"op": "aten.div", "name": "elementwise_kernel", "us": 50.0, "bytes": 40_000_000},
+    {"op": "aten.exp", "name": "vectorized_elementwise_kernel", "us": 30.0, "bytes": 40_000_000}]}
+
+
+def test_hottest_kernel():
+    hot = ex.hottest_kernel(PROFILE, copy_gbps=2000)
+    assert hot["op"] == "aten.div"
+    assert hot["p"] == pytest.approx(0.5)
+    assert hot["floor_us"] == pytest.approx(20.0)       # 40 MB at 2000 GB/s
+    assert hot["k"] == pytest.approx(2.5)
+    unmatched = {**PROFILE, "kernels": [{"name": "k", "us": 1.0}]}
+    with pytest.raises(ValueError, match="no kernel's bytes"):
+        ex.hottest_kernel(unmatched, copy_gbps=2000)
+
+
+def test_check_end_to_end():
+    p, k = 0.5, 2.5                                     # 1 / (0.5 + 0.2) = 1.43x
+    assert ex.check_end_to_end(1.43, p, k)
+    assert not ex.check_end_to_end(1.6, p, k)
+    assert "other kernels" in ex.check_end_to_end(2.5, p, k).message
+    assert "no time at all" in ex.check_end_to_end(2.0, p, k).message
+    assert "inverse" in ex.check_end_to_end(0.7, p, k).message
+    assert_unanswered(ex.check_end_to_end(None, p, k))
+
+
+def _compile_on_widths(dynamic, widths=(8, 12, 16)):
+    torch._dynamo.reset()
+    counter = ex.CompileCounter()
+    f = torch.compile(lambda x, b: torch.relu(x + b), backend=counter, dynamic=dynamic)
+    for n in widths:
+        x, b = torch.randn(3, n), torch.randn(n)
+        assert torch.equal(f(x, b), torch.relu(x + b))  # the graphs run unchanged
+    return counter
+
+
+def test_compile_counter_sees_automatic_dynamic_shapes():
+    counter = _compile_on_widths(None)
+    assert counter.count == 2
+    assert counter.graphs[0] == {"x": "[3, 8]", "b": "[8]"}
+    assert counter.graphs[1] == {"x": "[3, s0]", "b": "[s0]"}  # the width became a symbol
+    assert str(counter).splitlines()[0] == "2 compilations:"
+
+
+def test_compile_counter_static_and_dynamic():
+    assert _compile_on_widths(False).count == 3
+    dynamic = _compile_on_widths(True)
+    assert dynamic.count == 1
+    assert dynamic.graphs[0] == {"x": "[s0, s1]", "b": "[s1]"}
+    assert str(dynamic).startswith("1 compilation:")
+
+
+def test_check_compilations():
+    assert ex.check_compilations(2, 2)
+    assert not ex.check_compilations(2.5, 2)
+    assert "dynamic=False" in ex.check_compilations(3, 2).message
+    assert "dynamic=True" in ex.check_compilations(1, 2).message
+    assert_unanswered(ex.check_compilations(None, 2))
