@@ -80,3 +80,109 @@ def test_below_roof(case, capsys):
     assert c["question"] in capsys.readouterr().out
     with pytest.raises(KeyError):
         ex.check_below_roof("a", "no such case")
+
+
+# --- launch floors and the predictions made before the record prints ---------------------
+
+class _Rec:
+    """A stand-in record: only what launch_floors reads."""
+
+    def __init__(self, results, label):
+        self.results, self.label = results, label
+
+
+def _floors(isolated=4.5, graph=1.2):
+    return ex.LaunchFloors(isolated, isolated, graph, 15.0, ("rec A", "rec B"))
+
+
+def test_launch_floors_read_both_records():
+    sweep = [{"cold_ms": 0.0046, "warm_ms": 0.0013, "wall_us_per_call": 16.0},
+             {"cold_ms": 0.0044, "warm_ms": 0.0011, "wall_us_per_call": 15.0},
+             {"cold_ms": 0.6, "warm_ms": 0.5, "wall_us_per_call": 500.0}]
+    f = ex.launch_floors(_Rec({"launch_floor_us": 4.5}, "roof"), _Rec({"size_sweep": sweep}, "mw"))
+    assert f.isolated_us == 4.5 and f.copy_isolated_us == pytest.approx(4.4)
+    assert f.graph_us == pytest.approx(1.1) and f.host_us == 15.0
+    assert f.us("graph") == f.graph_us and f.us("isolated") == 4.5
+    assert "4.0x" in f.table() and "roof" in f.table() and "mw" in f.table()
+    with pytest.raises(KeyError):
+        f.us("host")
+    no_host = ex.launch_floors(_Rec({"launch_floor_us": 4.5}, "r"),
+                               _Rec({"size_sweep": [{"cold_ms": 0.004, "warm_ms": 0.001}]}, "m"))
+    assert no_host.host_us is None and "Python loop" not in no_host.table()
+
+
+def test_the_1024_matmul_flips_bound_with_the_floor():
+    work = intensity.matmul(1024, 1024, 1024, "bf16")
+    f = _floors()
+    assert prediction.predict(work, H100, launch_us=f.isolated_us).bound == "latency"
+    assert ex.check_floor_bound("compute", work, f, "graph", H100)
+    assert ex.check_floor_bound("latency", work, f, "isolated", H100)
+    fb = ex.check_floor_bound("latency", work, f, "graph", H100)
+    assert not fb and "isolated floor" in fb.message and "compute" not in fb.message
+    fb = ex.check_floor_bound("memory-bound", work, f, "graph", H100)
+    assert not fb and "right of the bf16" in fb.message
+    assert "one of" in ex.check_floor_bound("fast", work, f, "graph", H100).message
+    assert_unanswered(ex.check_floor_bound(..., work, f, "graph", H100))
+    table = ex.bounds_by_floor([intensity.matmul(n, n, n, "bf16") for n in (512, 1024, 2048)],
+                               f, H100)
+    rows = table.splitlines()
+    assert rows[2].split()[-2:] == ["latency", "compute"]    # 1024^3: the floors disagree
+    assert rows[1].split()[-2:] == ["latency", "latency"]    # 512^3: latency either way
+    assert rows[3].split()[-2:] == ["compute", "compute"]
+
+
+def _points():
+    def pt(name, work, tflops):
+        return {"name": name, "tflops": tflops, "work": work.as_dict()}
+    return [pt("matmul 4096^3", intensity.matmul(4096, 4096, 4096, "bf16"), 720.0),
+            pt("attention materialised seq=4096",
+               intensity.attention_materialised(32, 4096, 128, "bf16"), 110.0),
+            pt("attention tiled (flash) seq=4096",
+               intensity.attention_tiled(32, 4096, 128, "bf16"), 353.0)]
+
+
+def test_roof_fraction_prediction_names_the_slip_and_hides_the_value():
+    pts = _points()
+    frac = ex.roof_fraction(pts, "matmul 4096^3", H100)
+    assert frac == pytest.approx(720.0 / 989.4)
+    assert ex.check_roof_fraction(0.7, pts, "matmul 4096^3", H100)
+    high = ex.check_roof_fraction(0.95, pts, "matmul 4096^3", H100)
+    low = ex.check_roof_fraction(0.3, pts, "matmul 4096^3", H100)
+    assert not high and "too high" in high.message and "datasheet peak" in high.message
+    assert not low and "too low" in low.message
+    for fb in (high, low):
+        assert f"{frac:.3f}" not in fb.message and "0.72" not in fb.message
+    assert "percentage" in ex.check_roof_fraction(73, pts, "matmul 4096^3", H100).message
+    assert "between 0 and 1" in ex.check_roof_fraction(150, pts, "matmul 4096^3", H100).message
+    assert not ex.check_roof_fraction("0.7", pts, "matmul 4096^3", H100)
+    assert not ex.check_roof_fraction(float("nan"), pts, "matmul 4096^3", H100)
+    assert_unanswered(ex.check_roof_fraction(..., pts, "matmul 4096^3", H100))
+    flash = "attention tiled (flash) seq=4096"
+    assert ex.check_roof_fraction(0.35, pts, flash, H100)
+    assert "Hopper" in ex.check_roof_fraction(0.8, pts, flash, H100).message
+    with pytest.raises(KeyError):
+        ex.roof_fraction(pts, "no such point", H100)
+
+
+def test_ridge_side_prediction():
+    pts = _points()
+    mat = "attention materialised seq=4096"
+    assert ex.check_ridge_side("memory-bound", pts, mat, H100)
+    fb = ex.check_ridge_side("compute", pts, mat, H100)
+    assert not fb and "matrix products" in fb.message and "memory" not in fb.message
+    assert ex.check_ridge_side("compute", pts, "matmul 4096^3", H100)
+    assert not ex.check_ridge_side("memory", pts, "matmul 4096^3", H100)
+    assert "'memory' or 'compute'" in ex.check_ridge_side("latency", pts, mat, H100).message
+    assert_unanswered(ex.check_ridge_side(None, pts, mat, H100))
+
+
+def test_predictions_hold_on_the_committed_record():
+    from support import committed_record
+
+    rec = committed_record("roofline")
+    spec = hardware.lookup(rec.gpu)
+    pts = rec.results["points"]
+    for name in ex.ROOF_FRACTION_HINTS:
+        recorded = next(p["fraction_of_roof"] for p in pts if p["name"] == name)
+        assert ex.roof_fraction(pts, name, spec) == pytest.approx(recorded, rel=1e-6)
+    assert ex.check_ridge_side("memory", pts, "attention materialised seq=4096", spec)

@@ -1,14 +1,18 @@
-"""Checks for lesson 02 (the roofline): intensities, bounds, predicted times, and why a
-measured point sits below its roof.
+"""Checks for lesson 02 (the roofline): intensities, bounds, predicted times, why a
+measured point sits below its roof, and predictions made before a record prints.
 
 Expected answers come from :mod:`helpers.intensity` (counts), :mod:`helpers.prediction`
 (bounds and times) and the hardware table; the launch cost comes from the measurement
-record the notebook passes in.
+record the notebook passes in. The predictions (bottom) read the record too: a wrong one
+is told what it overlooked, never the recorded value, so the learner can try again.
 """
 
 from __future__ import annotations
 
-from .. import hardware, intensity, prediction
+import math
+from dataclasses import dataclass
+
+from .. import hardware, intensity, prediction, roofline
 from ..dtypes import element_size
 from ..feedback import Feedback, check_number, choice_word
 
@@ -200,3 +204,196 @@ def show_below_roof(case: str) -> None:
     print(c["question"])
     for letter, text in c["options"].items():
         print(f"  {letter}) {text}")
+
+
+# --------------------------------------------------------------------------------------
+# Launch floors: the one the model uses, and what a kernel pays inside a CUDA graph.
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchFloors:
+    """The fixed cost a kernel pays, measured several ways (microseconds).
+
+    ``isolated_us``: one launch with the L2 flushed before it, how every point of the
+    roofline record was timed (its smallest time). The others come from lesson 01's size
+    sweep of a tiny copy: ``copy_isolated_us`` timed the same way, ``graph_us`` replayed
+    back to back inside a CUDA graph with its data warm in L2, and ``host_us`` the host
+    clock per call of a Python loop (``None`` if not recorded).
+    """
+
+    isolated_us: float
+    copy_isolated_us: float
+    graph_us: float
+    host_us: float | None
+    sources: tuple[str, str]
+
+    def us(self, which: str) -> float:
+        if which not in FLOORS:
+            raise KeyError(f"no floor {which!r}; floors: {', '.join(FLOORS)}")
+        return self.isolated_us if which == "isolated" else self.graph_us
+
+    def table(self) -> str:
+        rows = [("one isolated launch, L2 flushed (the model's floor)", self.isolated_us),
+                ("  lesson 01's tiny copy, timed the same way", self.copy_isolated_us),
+                ("  the copy, back to back in a CUDA graph, per kernel", self.graph_us),
+                ("  the copy from a Python loop, host clock per call", self.host_us)]
+        lines = [f"{label + ':':<54}{us:6.2f} µs" for label, us in rows if us is not None]
+        lines.append(f"one copy on its own costs {self.copy_isolated_us / self.graph_us:.1f}x a "
+                     "copy in a graph")
+        return "\n".join(lines + [f"sources: {self.sources[0]} (this lesson's ops);",
+                                   f"         {self.sources[1]} (lesson 01's copy)"])
+
+
+FLOORS = ("isolated", "graph")
+
+
+def launch_floors(roofline_rec, memory_wall_rec) -> LaunchFloors:
+    """The floors of two records: ``roofline`` (this lesson's) and ``memory_wall`` (lesson 01's
+    size sweep of a copy)."""
+    sweep = memory_wall_rec.results["size_sweep"]
+    hosts = [r["wall_us_per_call"] for r in sweep if "wall_us_per_call" in r]
+    return LaunchFloors(roofline_rec.results["launch_floor_us"],
+                        min(r["cold_ms"] for r in sweep) * 1e3,
+                        min(r["warm_ms"] for r in sweep) * 1e3, min(hosts) if hosts else None,
+                        (roofline_rec.label, memory_wall_rec.label))
+
+
+def bounds_by_floor(works, floors: LaunchFloors, spec: hardware.GPUSpec) -> str:
+    """A table: each op's memory and compute times and its bound under each floor."""
+    works = list(works)
+    width = max(len(f"{w.op} {w.shape}") for w in works) + 2
+    rows = [f"{'op':<{width}}{'memory µs':>10}{'compute µs':>11}" + "".join(
+        f"{f'{f} ({floors.us(f):.3g} µs)':>22}" for f in FLOORS)]
+    for w in works:
+        p = {f: prediction.predict(w, spec, launch_us=floors.us(f)) for f in FLOORS}
+        rows.append(f"{w.op + ' ' + w.shape:<{width}}{p['graph'].memory_ms * 1e3:>10.3g}"
+                    f"{p['graph'].compute_ms * 1e3:>11.3g}"
+                    + "".join(f"{p[f].bound:>22}" for f in FLOORS))
+    return "\n".join(rows)
+
+
+def check_floor_bound(answer, work: intensity.Work, floors: LaunchFloors, which: str,
+                      spec: hardware.GPUSpec) -> Feedback:
+    """Prediction: the model's bound of ``work`` when each launch costs floor ``which``."""
+    part = f"bound of {work.op} [{work.shape}] with the {which} floor"
+    pred = prediction.predict(work, spec, launch_us=floors.us(which))
+    if answer is None or answer is Ellipsis:
+        return Feedback(part, False, f"no answer yet: choose one of {prediction.BOUNDS}",
+                        status="not implemented")
+    got = choice_word(answer)
+    if got not in prediction.BOUNDS:
+        return Feedback(part, False, f"answer with one of {prediction.BOUNDS}, got {answer!r}")
+    m, c, f = pred.memory_ms * 1e3, pred.compute_ms * 1e3, floors.us(which)
+    if got == pred.bound:
+        return Feedback(part, True, f"{got!r} is right: memory {m:.3g} µs, compute {c:.3g} µs, "
+                        f"floor {f:.3g} µs; the largest decides.")
+    others = [o for o in FLOORS if o != which]
+    if any(prediction.predict(work, spec, launch_us=floors.us(o)).bound == got for o in others):
+        why = (f"that is its bound with the {others[0]} floor; with the {which} floor each "
+               f"launch costs {f:.3g} µs: compare that with the op's own times")
+    elif got == "latency":
+        why = "the floor is not the largest of the three times: work out FLOPs / peak"
+    elif got == "memory":
+        why = (f"its intensity, {work.intensity:.3g} FLOP/B, is right of the {pred.peak_dtype} "
+               f"ridge ({spec.ridge_point(pred.peak_dtype):.3g}): its bytes take less time than "
+               "its FLOPs")
+    else:
+        why = (f"its intensity, {work.intensity:.3g} FLOP/B, is left of the {pred.peak_dtype} "
+               f"ridge ({spec.ridge_point(pred.peak_dtype):.3g}): its FLOPs take less time "
+               "than its bytes")
+    return Feedback(part, False, f"{got!r} is not it: {why}.")
+
+
+# --------------------------------------------------------------------------------------
+# Predictions about the record's measured points, made before the record prints.
+# --------------------------------------------------------------------------------------
+
+# What a fraction of the roof too high or too low overlooks, per point of the record.
+ROOF_FRACTION_HINTS = {
+    "vector add n=2^28": {
+        "high": "no streaming kernel moves data at the datasheet bandwidth (lesson 01's copy "
+                "measured how close one gets)",
+        "low": "a large vector add streams long, coalesced rows: lesson 01's copy showed how "
+               "close that comes to the memory roof"},
+    "matmul 4096^3": {
+        "high": "no real kernel runs at the datasheet peak: the clocks drop under a full "
+                "tensor-core load, and starting and finishing each tile costs time the napkin "
+                "math does not count",
+        "low": "a large square product is the tensor cores' best case: hundreds of tiles keep "
+               "every SM busy, and cuBLAS is tuned for exactly this shape"},
+    "attention tiled (flash) seq=4096": {
+        "high": "right of the ridge only says the bytes are not the limit; how close a kernel "
+                "comes to the flat roof depends on how well it keeps the tensor cores fed, and "
+                "PyTorch's flash backend was written for the GPU generation before Hopper",
+        "low": "it is large (32 heads of 4,096 queries fill every SM) and its bytes are cheap: "
+               "it is neither latency- nor memory-bound"},
+}
+ROOF_FRACTION_TOLERANCE = 0.1  # absolute: 0.1 = within 10 percentage points
+
+
+def _named_point(points, name: str) -> dict:
+    for p in points:
+        if p["name"] == name:
+            return p
+    raise KeyError(f"no point {name!r} in the record; it has {[p['name'] for p in points]}")
+
+
+def roof_fraction(points, name: str, spec: hardware.GPUSpec) -> float:
+    """Measured TFLOP/s of point ``name`` over the roof at its intensity on ``spec``."""
+    p = _named_point(points, name)
+    w = p["work"]
+    return p["tflops"] / roofline.attainable_tflops(w["intensity"], spec, w["peak_dtype"])
+
+
+def check_roof_fraction(answer, points, name: str, spec: hardware.GPUSpec) -> Feedback:
+    """Prediction: the fraction of its roof (0 to 1) point ``name`` of the record reaches."""
+    part = f"fraction of the roof, {name}"
+    if answer is None or answer is Ellipsis:
+        return Feedback(part, False, "no answer yet: a fraction between 0 and 1 (measured "
+                        "TFLOP/s over the roof at its intensity)", status="not implemented")
+    try:
+        value = float(answer) if not isinstance(answer, (bool, str)) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if math.isnan(value) or math.isinf(value):
+        return Feedback(part, False, f"expected a number between 0 and 1, got {answer!r}")
+    if 1 < value <= 100:
+        return Feedback(part, False, f"{value:g} looks like a percentage: answer as a fraction "
+                        "(0.5 for 50%)")
+    if not 0 < value <= 1:
+        return Feedback(part, False, f"{value:g} is not a fraction of the roof: the roof is the "
+                        "most the GPU allows at that intensity, so a point sits between 0 and 1")
+    frac = roof_fraction(points, name, spec)
+    if abs(value - frac) <= ROOF_FRACTION_TOLERANCE:
+        return Feedback(part, True, f"{value:g} is within {ROOF_FRACTION_TOLERANCE:g} of the "
+                        f"recorded {frac:.3f}")
+    side = "high" if value > frac else "low"
+    hint = ROOF_FRACTION_HINTS.get(name, {}).get(side, "")
+    return Feedback(part, False, f"{value:g} is too {side}" + (f": {hint}." if hint else "."))
+
+
+def check_ridge_side(answer, points, name: str, spec: hardware.GPUSpec) -> Feedback:
+    """Prediction: does point ``name`` sit left (``"memory"``) or right (``"compute"``) of
+    the ridge point of its roof?"""
+    part = f"side of the ridge, {name}"
+    w = _named_point(points, name)["work"]
+    ridge = spec.ridge_point(w["peak_dtype"])
+    expected = "memory" if w["intensity"] < ridge else "compute"
+    if answer is None or answer is Ellipsis:
+        return Feedback(part, False, "no answer yet: choose one of ('memory', 'compute')",
+                        status="not implemented")
+    got = choice_word(answer)
+    if got not in ("memory", "compute"):
+        return Feedback(part, False, f"answer with 'memory' or 'compute', got {answer!r}")
+    if got == expected:
+        return Feedback(part, True, f"{got!r} is right: {w['intensity']:.3g} FLOP/B against a "
+                        f"{w['peak_dtype']} ridge of {ridge:.3g}")
+    if got == "compute":
+        why = ("being made of matrix products does not make an op compute-bound: count every "
+               "byte it moves to and from DRAM, intermediates included, and compare its FLOPs "
+               f"per byte with the {w['peak_dtype']} ridge point")
+    else:
+        why = ("count only the bytes that must reach DRAM; what stays on chip is free, and "
+               f"then compare its FLOPs per byte with the {w['peak_dtype']} ridge point")
+    return Feedback(part, False, f"{got!r} is not it: {why}.")
