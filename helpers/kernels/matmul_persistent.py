@@ -159,9 +159,18 @@ def padded_to_lines(b: torch.Tensor) -> torch.Tensor:
     return out[:, :b.shape[1]]
 
 
+_SCRATCH: dict = {}
+
+
 def _scratch(size: int, alignment: int, stream):
-    """Global memory for the descriptors the kernel builds (Triton asks per launch)."""
-    return torch.empty(size, device="cuda", dtype=torch.int8)
+    """Global memory for the descriptors the kernel builds, one buffer per stream: each
+    launch writes its descriptors at its start, after the previous launch on that stream
+    has finished with them, so the buffer is reused instead of allocated per call."""
+    key = (torch.cuda.current_device(), stream)
+    buffer = _SCRATCH.get(key)
+    if buffer is None or buffer.numel() < size:
+        buffer = _SCRATCH[key] = torch.empty(size, device="cuda", dtype=torch.int8)
+    return buffer
 
 
 def use_scratch_allocator() -> None:
