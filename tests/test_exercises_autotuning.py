@@ -8,6 +8,8 @@ module's arithmetic that breaks them fails this test."""
 
 import torch
 
+from helpers import records
+from helpers.experiments import autotuning as experiment
 from helpers.exercises import autotuning as ex
 from helpers.kernels import matmul_tuned as mt
 from support import assert_unanswered
@@ -73,3 +75,46 @@ def test_predictions_from_a_record():
     assert ex.check_split_k_chosen("no", rec, "square 8192")
     assert_unanswered(ex.check_launch_bound(None, rec))
     assert not ex.check_same_winner("maybe", rec, "square", "skinny")
+
+
+def test_every_sweep_shape_falls_in_a_group_and_every_group_has_shapes():
+    assert ex.shape_group("square 4096") == "squares" and ex.shape_group("skinny MLP") == \
+        "few rows"
+    assert ex.shape_group("off grid 1000^3") == "off grid" and ex.shape_group("odd") == "odd"
+    assert [ex.shape_group(lb) for lb, *_ in experiment.SHAPES].count("few rows") == 4
+    assert {ex.shape_group(lb) for lb, *_ in experiment.SHAPES} == set(ex.GROUPS)
+
+
+def test_where_the_persistent_kernel_is_kept():
+    rec = _fixture()          # kept at 8192^3 alone, in both dtypes
+    assert ex.persistent_groups(rec) == {"squares"}
+    assert ex.check_persistent_groups(["squares"], rec)
+    assert ex.check_persistent_groups(" Squares", rec)
+    extra = ex.check_persistent_groups(["squares", "long K"], rec)
+    assert not extra and "'long K' kept v6 on all 2" in extra.message
+    assert "left out" not in extra.message
+    # Feedback names the slip, never the group left out.
+    missed = ex.check_persistent_groups(["few rows"], rec)
+    assert not missed and "left out 1 group" in missed.message
+    assert "squares" not in missed.message and "'few rows' kept v6" in missed.message
+    assert "not a group" in ex.check_persistent_groups(["big squares"], rec).message
+    assert "a list" in ex.check_persistent_groups(3, rec).message
+    assert_unanswered(ex.check_persistent_groups(None, rec))
+    sentences = ex.kernel_patterns(rec)
+    assert sentences[0] == ("squares: the persistent kernel on 2 of 2 (square 8192 fp16, "
+                            f"square 8192 bf16; {2048 / 132:.2g} tiles per SM).")
+    assert sentences[2] == f"long K: the persistent kernel on 0 of 2, v6 on 2 ({16 / 132:.2g} " \
+        "tiles per SM)."
+
+
+def test_the_prediction_against_the_committed_records():
+    for gpu in records.available("autotuning"):
+        rec = records.load("autotuning", gpu)
+        kept = ex.persistent_groups(rec)
+        assert kept == {ex.shape_group(s["label"]) for s in rec.results["shapes"]
+                        if s.get("tuned_kernel") == "persistent"}
+        assert ex.check_persistent_groups(sorted(kept), rec)
+        others = sorted(set(ex.GROUPS) - kept)
+        if others:
+            assert not ex.check_persistent_groups(sorted(kept) + others[:1], rec)
+        assert len(ex.kernel_patterns(rec)) == len(ex.GROUPS)

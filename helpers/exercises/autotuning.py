@@ -4,7 +4,9 @@ The expected values come from :mod:`helpers.kernels.matmul_tuned` (the shared-me
 register formulas, the buckets of its key) or from a record passed in (which setting won,
 what took longest): never from a typed-in number. A wrong answer that matches a classic
 slip (one pipeline stage counted, 2 bytes for fp32, threads forgotten, shapes not
-bucketed, the split forgotten) gets a message that names it.
+bucketed, the split forgotten) gets a message that names it. The last prediction asks where
+the tuned path keeps the persistent TMA kernel rather than v6 (:func:`kernel_patterns`
+says it group by group).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from ..dtypes import element_size
 from ..feedback import Feedback, check_choice, check_number
 from ..kernels import matmul_tuned as mt
-from ..plots.autotuning import describe, heatmap
+from ..plots.autotuning import describe, heatmap, kernel_choice_rows
 
 
 def _keep(expected: float, mistakes):
@@ -172,3 +174,87 @@ def check_split_k_chosen(answer, rec, label: str) -> Feedback:
         rec.gpu, "; ".join(f"{s['dtype']} {describe(s['tuned_config'])}" for s in rows))
     return check_choice(f"split-K for {label}", answer,
                         "yes" if split_k_chosen(rec, label) else "no", ("yes", "no"), why)
+
+
+# --------------------------------------------------------------------------------------
+# Which of the two tuned kernels is kept, by group of shapes.
+# --------------------------------------------------------------------------------------
+
+# The sweep's shapes in the groups the lesson speaks of, by the start of their label.
+GROUPS = {"squares": ("square",), "few rows": ("one row", "16 rows", "128 rows", "skinny"),
+          "long K": ("long K",), "off grid": ("off grid",), "tall": ("tall",)}
+
+
+def shape_group(label: str) -> str:
+    """``"square 4096"`` -> ``"squares"`` (a label of no group is a group of its own)."""
+    return next((g for g, starts in GROUPS.items() if label.startswith(starts)), label)
+
+
+def _by_group(rec) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in kernel_choice_rows(rec):
+        out.setdefault(shape_group(r["shape"]), []).append(r)
+    return out
+
+
+def persistent_groups(rec) -> set[str]:
+    """The groups in which the tuned path kept the persistent kernel for at least one
+    (shape, dtype) of the record's sweep."""
+    return {g for g, rows in _by_group(rec).items()
+            if any(r["kernel kept"] == "persistent" for r in rows)}
+
+
+def _span(rows) -> str:
+    lo, hi = (f(r["tiles per SM"] for r in rows) for f in (min, max))
+    return f"{lo:.2g}" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g}"
+
+
+def kernel_patterns(rec) -> list[str]:
+    """One sentence per group of shapes: on which the persistent kernel was kept and on how
+    many v6, each with its output tiles per SM (of the setting kept)."""
+    out = []
+    for g, rows in _by_group(rec).items():
+        tma = [r for r in rows if r["kernel kept"] == "persistent"]
+        v6 = [r for r in rows if r["kernel kept"] != "persistent"]
+        text = f"{g}: the persistent kernel on {len(tma)} of {len(rows)}"
+        if tma:
+            text += (f" ({', '.join(r['shape'] + ' ' + r['dtype'] for r in tma)}; "
+                     f"{_span(tma)} tiles per SM)")
+        out.append(text + (f", v6 on {len(v6)} ({_span(v6)} tiles per SM)." if v6 else "."))
+    return out
+
+
+def check_persistent_groups(answer, rec) -> Feedback:
+    """Prediction: in which groups of the sweep's shapes (:data:`GROUPS`) does the tuned path
+    keep the persistent kernel for at least one shape? A list of group names. A wrong answer
+    is told which of its groups kept v6 throughout, and how many groups it left out, never
+    which: the answer comes only with a right one."""
+    part = "groups where the persistent kernel is kept"
+    options = tuple(_by_group(rec))
+    if answer is None or answer is Ellipsis:
+        return Feedback(part, False, f"no answer yet: a list of some of {options}",
+                        status="not implemented")
+    names = [answer] if isinstance(answer, str) else answer
+    try:
+        got = {str(n).strip().lower() for n in names}
+    except TypeError:
+        return Feedback(part, False, f"answer with a list of some of {options}, got {answer!r}")
+    unknown = got - {o.lower() for o in options}
+    if unknown:
+        return Feedback(part, False, f"{sorted(unknown)} is not a group; the groups are {options}")
+    expected = persistent_groups(rec)
+    got = {o for o in options if o.lower() in got}
+    if got == expected:
+        kept = sum(r["kernel kept"] == "persistent" for r in kernel_choice_rows(rec))
+        return Feedback(part, True, f"{sorted(got)} is right. In the recorded run ({rec.gpu}) "
+                        f"the persistent kernel was kept on {kept} of "
+                        f"{len(rec.results['shapes'])} rows of the sweep.")
+    groups = _by_group(rec)
+    slips = [f"{g!r} kept v6 on all {len(groups[g])} of its rows (up to "
+             f"{max(r['tiles per SM'] for r in groups[g]):.2g} output tiles per SM)"
+             for g in sorted(got - expected)]
+    if expected - got:
+        slips.append(f"you left out {len(expected - got)} group(s) where it is kept at least "
+                     "once: which shapes let a program start the next tile while it stores "
+                     "this one, or gain from boxes instead of masks?")
+    return Feedback(part, False, "; ".join(slips))

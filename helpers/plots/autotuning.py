@@ -10,8 +10,9 @@
 * :func:`plot_costs`: what tuning costs (cold, cached, untuned) and what a call costs on
   the host (launchers, CUDA graph replay) against the kernel's own GPU time.
 * :func:`prune_rows`: the pruning decisions of :mod:`helpers.kernels.matmul_tuned` for one
-  shape, as a table; :func:`persistent_rows`: lesson 04's persistent kernel against its
-  non-persistent one, by the number of tiles per SM.
+  shape; :func:`persistent_rows`: lesson 04's persistent kernel against its non-persistent
+  one by tiles per SM; :func:`kernel_choice_rows`: which of the two tuned kernels (v6, the
+  persistent TMA kernel) the tuned path kept, shape by shape.
 
 Every figure and table names its source (the record's label). Nothing here measures.
 """
@@ -49,13 +50,16 @@ def gpu_key(rec) -> str:
 
 
 def describe(config: dict) -> str:
-    """``128x256x64 w8 s3`` (tile, warps, stages), with split-K and GROUP_M when they matter."""
+    """``128x256x64 w8 s3`` (tile, warps, stages), with split-K and GROUP_M when they matter,
+    and the persistent kernel's options when on (``flatten``, ``split epilogue``)."""
     text = (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
             f"w{config['num_warps']} s{config['num_stages']}")
     if config.get("SPLIT_K", 1) > 1:
         text += f" split-K {config['SPLIT_K']}"
     if config.get("GROUP_M", 8) != 8:
         text += f" G{config['GROUP_M']}"
+    for key, word in (("FLATTEN", "flatten"), ("SPLIT_EPILOGUE", "split epilogue")):
+        text += f" {word}" if config.get(key) else ""
     return text
 
 
@@ -63,9 +67,7 @@ def _setting(row: dict) -> tuple:
     return tuple(row.get(k) for k in mt.KEYS)
 
 
-# --------------------------------------------------------------------------------------
-# Heatmaps: one shape, every setting.
-# --------------------------------------------------------------------------------------
+# --- Heatmaps: one shape, every setting. --------------------------------------------------
 
 
 def heatmap(entry: dict) -> dict:
@@ -74,8 +76,7 @@ def heatmap(entry: dict) -> dict:
     tile = lambda r: (r["BLOCK_M"], r["BLOCK_N"], r["BLOCK_K"], r.get("SPLIT_K", 1))  # noqa: E731
     tiles = sorted({tile(r) for r in rows}, key=lambda t: (t[0] * t[1], t))
     cols = sorted({(r["num_warps"], r["num_stages"]) for r in rows})
-    tflops = [[None] * len(cols) for _ in tiles]
-    errors = [[None] * len(cols) for _ in tiles]
+    tflops, errors = ([[None] * len(cols) for _ in tiles] for _ in range(2))
     for r in rows:
         i, j = tiles.index(tile(r)), cols.index((r["num_warps"], r["num_stages"]))
         if r.get("tflops") is not None and (tflops[i][j] or 0) < r["tflops"]:
@@ -211,9 +212,7 @@ def _share(value, best) -> str:
     return "not run" if not value else f"{value / best:.0%}"
 
 
-# --------------------------------------------------------------------------------------
-# The shape sweep: tuned against torch.matmul and lesson 04's setting.
-# --------------------------------------------------------------------------------------
+# --- The shape sweep: tuned against torch.matmul and lesson 04's setting. -----------------
 
 
 def shape_rows(rec) -> list[dict]:
@@ -222,13 +221,18 @@ def shape_rows(rec) -> list[dict]:
              "torch TFLOP/s": s["torch_tflops"], "tuned TFLOP/s": s["tuned_tflops"],
              "fixed TFLOP/s": s["torch_tflops"] * s["torch_ms"] / s["fixed_ms"],
              "tuned/torch": s["tuned_vs_torch"], "tuned/fixed": s["tuned_vs_fixed"],
-             "chosen setting": _chosen(s)} for s in rec.results["shapes"]]
+             "chosen setting": _kept(s) + (" persistent TMA" if s.get("tuned_kernel") ==
+                                           "persistent" else "")} for s in rec.results["shapes"]]
 
 
-def _chosen(row) -> str:
-    """The kept setting, marked when it is the persistent TMA kernel's."""
-    persistent = row.get("tuned_kernel") == "persistent"
-    return describe(row["tuned_config"]) + (" persistent TMA" if persistent else "")
+def _kept(row) -> str:
+    """The setting a sweep row kept, with the persistent kernel's options when it is its."""
+    return describe({**row["tuned_config"], **row.get("tuned_options", {})})
+
+
+def _tiles(M: int, N: int, config: dict) -> int:
+    """Output tiles of ``config`` on an ``M x N`` output."""
+    return math.ceil(M / config["BLOCK_M"]) * math.ceil(N / config["BLOCK_N"])
 
 
 def geomeans(rec) -> dict:
@@ -270,9 +274,8 @@ def targets(rec) -> list[dict]:
     ]
     out = []
     for name, value, op, goal, unit, detail in rows:
-        met = None if goal is None else (
-            bool(value >= goal) if op == ">=" else bool(value <= goal)) if math.isfinite(value) \
-            else False
+        met = (None if goal is None else False if not math.isfinite(value)
+               else bool(value >= goal if op == ">=" else value <= goal))
         out.append({"target": name, "measured": value, "op": op, "goal": goal, "unit": unit,
                     "met": met, "detail": detail})
     return out
@@ -323,9 +326,7 @@ def plot_sweep(rec, ax=None):
     return ax
 
 
-# --------------------------------------------------------------------------------------
-# What tuning costs, and what the tuner cannot fix.
-# --------------------------------------------------------------------------------------
+# --- What tuning costs, and what the tuner cannot fix. ------------------------------------
 
 LAUNCHERS = (("autotuned_us", "matmul_tuned(a, b)"), ("fixed_us", "matmul_tuned(a, b, config=...)"),
              ("torch_us", "torch.matmul"), ("graph_replay_us", "CUDA graph replay"))
@@ -381,12 +382,9 @@ def split_k_rows(rec) -> list[dict]:
     for s in rec.results["shapes"]:
         c = s["tuned_config"]
         if c["SPLIT_K"] > 1:
-            tiles = math.ceil(s["M"] / c["BLOCK_M"]) * math.ceil(s["N"] / c["BLOCK_N"])
-            fixed = rec.results["fixed"]
             out.append({"shape": s["label"], "dtype": s["dtype"], "chosen": describe(c),
-                        "programs": tiles * c["SPLIT_K"],
-                        "lesson 04's programs": math.ceil(s["M"] / fixed["BLOCK_M"])
-                        * math.ceil(s["N"] / fixed["BLOCK_N"]),
+                        "programs": _tiles(s["M"], s["N"], c) * c["SPLIT_K"],
+                        "lesson 04's programs": _tiles(s["M"], s["N"], rec.results["fixed"]),
                         "tuned/fixed": s["tuned_vs_fixed"], "tuned/torch": s["tuned_vs_torch"]})
     return out
 
@@ -396,20 +394,26 @@ def persistent_rows(tiling_rec) -> list[dict]:
     the number of output tiles per SM (from lesson 04's record)."""
     sms = tiling_rec.provenance.get("sm_count") or 132
     ladder = tiling_rec.results["ladder"]
+    v4 = {(x["n"], x["dtype"]): x["tflops"] for x in reversed(ladder) if x["step"] == "v4"}
     out = []
     for r in ladder:
-        if r["step"] != "v5":
-            continue
-        v4 = next((x for x in ladder if x["step"] == "v4" and x["n"] == r["n"]
-                   and x["dtype"] == r["dtype"]), None)
-        if v4 is None:
-            continue
-        c = r["config"]
-        tiles = math.ceil(r["n"] / c["BLOCK_M"]) * math.ceil(r["n"] / c["BLOCK_N"])
-        out.append({"n": r["n"], "dtype": r["dtype"], "v5 tile": f"{c['BLOCK_M']}x{c['BLOCK_N']}",
-                    "tiles": tiles, "tiles per SM": tiles / sms,
-                    "v5/v4": r["tflops"] / v4["tflops"]})
+        if r["step"] == "v5" and (r["n"], r["dtype"]) in v4:
+            tiles = _tiles(r["n"], r["n"], r["config"])
+            out.append({"n": r["n"], "dtype": r["dtype"],
+                        "v5 tile": "{BLOCK_M}x{BLOCK_N}".format(**r["config"]),
+                        "tiles": tiles, "tiles per SM": tiles / sms,
+                        "v5/v4": r["tflops"] / v4[r["n"], r["dtype"]]})
     return out
+
+
+def kernel_choice_rows(rec) -> list[dict]:
+    """Per (shape, dtype) of the sweep: the kernel the tuned path kept (``v6``: a program a
+    tile; ``persistent``: a program an SM walking tiles), its setting, that setting's output
+    tiles per SM, and the speed against ``torch.matmul``."""
+    sms = rec.provenance.get("sm_count") or 132
+    return [{"shape": s["label"], "dtype": s["dtype"], "kernel kept": s.get("tuned_kernel", "v6"),
+             "setting": _kept(s), "tiles per SM": _tiles(s["M"], s["N"], s["tuned_config"]) / sms,
+             "tuned/torch": s["tuned_vs_torch"]} for s in rec.results["shapes"]]
 
 
 def prune_rows(M: int, N: int, K: int, dtype, space=mt.CONFIG_SPACE,
@@ -419,17 +423,14 @@ def prune_rows(M: int, N: int, K: int, dtype, space=mt.CONFIG_SPACE,
     out = []
     for c in space:
         ok, why = mt.fits(c, dtype, shared_memory)
-        if ok:
-            ok, why = mt.useful(c, M, N, K, sms)
+        ok, why = mt.useful(c, M, N, K, sms) if ok else (ok, why)
         out.append({"setting": describe(c), "shared KiB": mt.shared_memory_bytes(c, dtype) / 1024,
                     "acc regs": mt.accumulator_registers(c), "kept": "yes" if ok else "no",
                     "why": why})
     return out
 
 
-# --------------------------------------------------------------------------------------
-# The explorer: one heatmap, one column of it at a time.
-# --------------------------------------------------------------------------------------
+# --- The explorer: one heatmap, one column of it at a time. -------------------------------
 
 
 class HeatmapExplorer(Explorer):
@@ -460,8 +461,7 @@ class HeatmapExplorer(Explorer):
             labels = [e["label"] for e in self.recs[change["new"]].results["heatmaps"]]
             shape = self.controls["shape"]
             keep = shape.value if shape.value in labels else labels[0]
-            shape.options = labels
-            shape.value = keep
+            shape.options, shape.value = labels, keep
 
     def draw(self, ax, gpu, shape, warps, stages) -> str:
         rec = self.recs[gpu]
