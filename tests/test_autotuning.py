@@ -345,8 +345,8 @@ class TestPerformanceTargets:
 
     # Missed on the committed H100 record: lesson 07's issue stays open on it. Strict, so
     # that a record which meets the floor fails here until this mark is removed.
-    @pytest.mark.xfail(strict=True, reason="short-K shapes off the tile grid (4000x3000x1000, "
-                       "1000^3) stay below the floor on the H100 record: open work")
+    @pytest.mark.xfail(strict=True, reason="shapes off the tile grid stay below the floor on "
+                       "the H100 record: open work")
     def test_target_no_shape_below_the_floor(self, rec):
         _h100(rec)
         below = [f"{s['label']} {s['dtype']} {s['tuned_vs_torch']:.2f}x"
