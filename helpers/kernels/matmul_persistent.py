@@ -237,13 +237,18 @@ def tuned_ms(tuner, args: tuple, kwargs: dict | None = None) -> float:
     """The median time of the setting ``tuner`` chose for these arguments' key.
 
     Read from the tuner's timings right after it tuned (or loaded them from its disk
-    cache), and remembered: a key it already knew brings no timings of its own.
+    cache), and remembered: a key it already knew brings no timings of its own. Infinite
+    when unknown, so that a comparison keeps the other kernel.
     """
     given = {**dict(zip(tuner.arg_names, args)), **(kwargs or {})}   # the tuner's own key
     key = tuple([given[k] for k in tuner.keys if k in given]
                 + [str(v.dtype) for v in given.values() if hasattr(v, "dtype")])
     if (id(tuner), key) not in _TUNED_MS:
-        timing = tuner.configs_timings[tuner.cache[key]]
+        # Tuned outside this path (a launch under CUDA-graph capture): the tuner's timings
+        # may belong to another key, so this one's time is unknown.
+        timing = (getattr(tuner, "configs_timings", None) or {}).get(tuner.cache.get(key))
+        if timing is None:
+            return float("inf")
         _TUNED_MS[id(tuner), key] = timing[0] if isinstance(timing, (list, tuple)) else timing
     return _TUNED_MS[id(tuner), key]
 
