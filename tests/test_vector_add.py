@@ -140,3 +140,81 @@ def test_bandwidth_at_2_28_is_near_the_datasheet_peak():
     print(f"\n{torch.cuda.get_device_name()} (table peak {spec.hbm_bandwidth_gbs:,.0f} GB/s)")
     print("\n".join(lines))
     assert best >= 0.85, "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# The fused variant: axpy with a cast (x fp16 or bf16, y and z fp32).
+# --------------------------------------------------------------------------------------
+
+ALPHA = -0.01
+
+
+def _axpy_inputs(n, x_dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g).to(x_dtype).to(helpers.device())
+    y = torch.randn(n, generator=g).to(helpers.device())
+    return x, y
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [1, 3, B - 1, B, B + 1, 10_007])
+def test_axpy_matches_reference(n, x_dtype):
+    x, y = _axpy_inputs(n, x_dtype)
+    got = va.axpy(x, y, ALPHA)
+    want = va.axpy_reference(x, y, ALPHA)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    # One FMA (or a multiply and an add) in fp32: within a couple of fp32 ulps. An fp16
+    # multiply before the cast would be ~1e-3 off.
+    err = (got - want).abs()
+    assert torch.allclose(got, want, atol=1e-6, rtol=1e-6), (
+        f"n={n}, x {x_dtype}: max error {err.max().item():.3g} at index {err.argmax().item()}")
+
+
+def test_axpy_mask_protects_the_memory_after_the_vector():
+    n = B + 1
+    x, y = _axpy_inputs(2 * B, seed=5)
+    z = torch.full((2 * B,), -7.0, device=helpers.device())
+    va.axpy(x[:n], y[:n], ALPHA, z[:n])
+    assert torch.allclose(z[:n], va.axpy_reference(x[:n], y[:n], ALPHA), atol=1e-6, rtol=1e-6)
+    assert (z[n:] == -7.0).all(), "the kernel wrote past the end of z: check the store's mask"
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda x, y: (x.float(), y), "takes float16, bfloat16"),
+    (lambda x, y: (x, y.half()), "takes float32"),
+    (lambda x, y: (x, y[:-1]), "same shape"),
+])
+def test_axpy_rejects_bad_inputs_with_a_reason(bad, match):
+    x, y = _axpy_inputs(32)
+    with pytest.raises((TypeError, ValueError), match=match):
+        va.axpy(*bad(x, y), ALPHA)
+
+
+def test_axpy_bytes_count_the_cast():
+    from helpers.experiments.vector_add import axpy_bytes
+
+    x, y = _axpy_inputs(1000)
+    assert axpy_bytes(x, y) == 1000 * (2 + 4 + 4)     # read x (fp16), read y, write z (fp32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, B + 1, 1_000_003, 2**24 + 17])
+def test_compiled_axpy_is_right(n):
+    x, y = _axpy_inputs(n)
+    assert torch.allclose(va.axpy(x, y, ALPHA), va.axpy_reference(x, y, ALPHA),
+                          atol=1e-6, rtol=1e-6), f"n={n}"
+
+
+@pytest.mark.gpu
+def test_axpy_bandwidth_at_2_28_is_near_the_datasheet_peak():
+    from helpers.experiments.vector_add import time_axpy
+
+    spec = hardware.current_gpu()
+    if spec is None:
+        pytest.skip(f"{torch.cuda.get_device_name()} is not in the course's GPU table")
+    row = time_axpy(2**28)
+    line = (f"axpy (fp16 x, fp32 y): triton {row['triton_gbps']:,.0f} GB/s "
+            f"({row['triton_gbps'] / spec.hbm_bandwidth_gbs:.1%}), torch.add "
+            f"{row['torch_gbps']:,.0f} GB/s ({row['torch_gbps'] / spec.hbm_bandwidth_gbs:.1%})")
+    print(f"\n{torch.cuda.get_device_name()}: {line}")
+    assert row["triton_gbps"] / spec.hbm_bandwidth_gbs >= 0.85, line

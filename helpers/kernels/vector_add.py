@@ -85,3 +85,55 @@ def add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     grid = (triton.cdiv(n, block_size),)
     add_kernel[grid](a, b, out, n, BLOCK_SIZE=block_size)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# A fused variant: axpy with a cast, ``z = alpha * x + y`` with x in half precision and
+# y, z in fp32 (a mixed-precision update: an fp16 gradient into fp32 weights).
+#
+# Per element: read 2 bytes of x, read 4 of y, write 4 of z (10 bytes), and one fused
+# multiply-add, 2 FLOPs. Fused, x is converted to fp32 in registers: done as PyTorch ops,
+# ``x.float()`` alone would write a 4-byte copy of x and read it back, 8 more bytes.
+# Still far left of the ridge point: memory-bound, so it must reach the same fraction of
+# the bandwidth as the plain add (helpers/records/vector_add__*.json, key "axpy").
+# --------------------------------------------------------------------------------------
+
+AXPY_X_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def axpy_reference(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The spec of the fused variant: ``alpha * x + y`` in fp32 (x converted first)."""
+    return alpha * x.to(torch.float32) + y
+
+
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, z_ptr, alpha, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)   # 2 bytes in, fp32 in registers
+    y = tl.load(y_ptr + offsets, mask=mask)                   # 4 bytes in
+    tl.store(z_ptr + offsets, alpha * x + y, mask=mask)       # one FMA; 4 bytes out
+
+
+def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None, *,
+         block_size: int = DEFAULT_BLOCK_SIZE) -> torch.Tensor:
+    """``alpha * x + y`` by ``axpy_kernel``: ``x`` fp16 or bf16, ``y`` and the result fp32.
+
+    Same grid as :func:`add`: ``ceil(n / block_size)`` programs, the last one masked.
+    """
+    check_tensor(x, "x", dtypes=AXPY_X_DTYPES)
+    check_tensor(y, "y", dtypes=(torch.float32,))
+    check_same_shape(x, y, "x and y")
+    if out is not None:
+        check_tensor(out, "out", dtypes=(torch.float32,))
+        check_same_shape(y, out, "y and out")
+    check_power_of_two("block_size", block_size)
+    z = torch.empty_like(y) if out is None else out
+    if x.numel() > MAX_ELEMENTS:   # the same 32-bit offsets as add_kernel
+        raise ValueError(f"{x.numel()} elements: past {MAX_ELEMENTS} the offsets wrap around. "
+                         "Split the vectors into chunks.")
+    if x.numel():
+        grid = (triton.cdiv(x.numel(), block_size),)
+        axpy_kernel[grid](x, y, z, float(alpha), x.numel(), BLOCK_SIZE=block_size)
+    return z
