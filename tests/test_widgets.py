@@ -208,3 +208,23 @@ def test_tile_plan_counts_sram_and_registers():
     assert tile_plan.smem_per_program(hardware.GPUS["T4"]) == 64 * 1024   # sm_75 keeps none back
     with pytest.raises(KeyError):
         tile_plan.plan("H100-SXM", "fp8", 128, 128, 64)             # not a tl.dot tile type here
+
+
+def test_k_walk_draws_one_tile_per_step_with_labels():
+    import matplotlib.pyplot as plt
+
+    from helpers.plots.tiling import draw_k_walk
+
+    fig, facts = draw_k_walk(512, 768, 512, 128, 256, 64, tile=(1, 1), step=2)
+    assert facts == {"k_steps": 8, "bytes_per_step": (128 * 64 + 64 * 256) * 2,
+                     "flops_per_step": 2 * 128 * 256 * 64, "accumulator_bytes": 128 * 256 * 4}
+    assert "128x256x64" in fig._suptitle.get_text()
+    _, ax_b, ax_a, ax_c = fig.axes
+    for ax in (ax_a, ax_b, ax_c):
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    # the frame, then one tile per K step (A and B), and the accumulator tile in C
+    assert len(ax_a.patches) == len(ax_b.patches) == 1 + 8 and len(ax_c.patches) == 2
+    assert len(fig.axes[0].get_legend().get_texts()) == 5
+    plt.close(fig)
+    with pytest.raises(ValueError):
+        draw_k_walk(512, 512, 512, 128, 256, 64, tile=(0, 2))   # only 2 columns of tiles

@@ -171,3 +171,79 @@ def tf32_rows(rec) -> list[dict]:
              "% of TF32 peak": 100 * r["tflops"] / peak if peak else float("nan"),
              "range ms": f"{r['ms_min']:.3f} to {r['ms_max']:.3f}",
              "rel. error": f"{r['rel_error']:.1e}"} for r in picks]
+
+
+def draw_k_walk(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int,
+                tile: tuple[int, int] = (1, 1), step: int = 1, dtype: str = "fp16"):
+    """One program's walk along K: the row strip of A and the column strip of B it reads,
+    one ``BLOCK_K`` step at a time (step ``step`` drawn dark), and its tile of C, the fp32
+    accumulator in registers. Returns the figure and the counts it shows."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from .. import dtypes as dt
+
+    pid_m, pid_n = tile
+    steps = -(-k // block_k)
+    if not (0 <= pid_m < -(-m // block_m) and 0 <= pid_n < -(-n // block_n)
+            and 0 <= step < steps):
+        raise ValueError(f"tile {tile} or step {step} is outside a {m}x{n}x{k} product "
+                         f"in {block_m}x{block_n}x{block_k} tiles")
+    s = dt.element_size(dtype)
+    fig, axes = plt.subplots(2, 2, figsize=(9, 8),
+                             gridspec_kw={"width_ratios": [k, n], "height_ratios": [k, m]})
+    axes[0, 0].axis("off")
+    ax_b, ax_a, ax_c = axes[0, 1], axes[1, 0], axes[1, 1]
+
+    def matrix(ax, rows, cols, name):
+        ax.add_patch(Rectangle((0, 0), cols, rows, fill=False, lw=1.5))
+        ax.set_xlim(-0.02 * cols, 1.02 * cols)
+        ax.set_ylim(1.02 * rows, -0.02 * rows)          # row 0 at the top, like a matrix
+        ax.set_aspect("equal")
+        ax.set_title(f"{name} ({rows} x {cols})", fontsize=10)
+
+    def box(ax, x, y, w, h, color, alpha, label=None, text=None):
+        ax.add_patch(Rectangle((x, y), w, h, color=color, alpha=alpha, ec="k", lw=0.5,
+                               label=label))
+        if text:
+            ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=7)
+
+    r0, c0 = pid_m * block_m, pid_n * block_n
+    matrix(ax_a, m, k, "A")
+    matrix(ax_b, k, n, "B")
+    matrix(ax_c, m, n, "C")
+    for i in range(steps):
+        now = i == step
+        box(ax_a, i * block_k, r0, min(block_k, k - i * block_k), min(block_m, m - r0),
+            "C0", 0.85 if now else 0.25, text=str(i),
+            label=(f"this step: a {block_m}x{block_k} tile into SRAM" if now else
+                   ("A's row strip: one tile per K step" if i == 0 else None)))
+        box(ax_b, c0, i * block_k, min(block_n, n - c0), min(block_k, k - i * block_k),
+            "C1", 0.85 if now else 0.25, text=str(i),
+            label=(f"this step: a {block_k}x{block_n} tile into SRAM" if now else
+                   ("B's column strip: one tile per K step" if i == 0 else None)))
+    box(ax_c, c0, r0, min(block_n, n - c0), min(block_m, m - r0), "C2", 0.7,
+        label=f"the accumulator: {block_m}x{block_n} fp32, in registers",
+        text=f"acc += A_{step} @ B_{step}")
+    for ax, xl, yl in ((ax_a, "K (columns of A)", "M (rows)"),
+                       (ax_b, "N (columns)", "K (rows of B)"),
+                       (ax_c, "N (columns)", "M (rows)")):
+        ax.set_xlabel(f"{xl}, elements", fontsize=8)
+        ax.set_ylabel(f"{yl}, elements", fontsize=8)
+        ax.tick_params(labelsize=7)
+    handles = [h for ax in (ax_a, ax_b, ax_c) for h in ax.get_legend_handles_labels()[0]]
+    axes[0, 0].legend(handles=handles, fontsize=8, loc="lower left", frameon=False)
+    loaded = (block_m * block_k + block_k * block_n) * s
+    facts = {"k_steps": steps, "bytes_per_step": loaded,
+             "flops_per_step": 2 * block_m * block_n * block_k,
+             "accumulator_bytes": block_m * block_n * 4}
+    axes[0, 0].text(0, 0.95, f"program ({pid_m}, {pid_n}), K step {step} of 0-{steps - 1}:\n"
+                    f"loads {loaded / 1024:g} KiB ({dtype}),\n"
+                    f"does {facts['flops_per_step'] / 1e6:.3g} MFLOP on the tensor cores,\n"
+                    f"keeps {facts['accumulator_bytes'] / 1024:g} KiB of fp32 sums in registers",
+                    fontsize=9, va="top", transform=axes[0, 0].transAxes)
+    fig.suptitle(f"A {block_m}x{block_n}x{block_k} tile walks along K: "
+                 f"{m}x{k} @ {k}x{n}, {steps} steps")
+    add_source(ax_a, "the tile formulas of helpers.intensity; nothing measured")
+    fig.tight_layout()
+    return fig, facts
