@@ -65,6 +65,13 @@ def test_what_measures_computes_or_grades_never_imports_plots(name):
     assert not drawn, f"{name} imports {sorted(drawn)}: experiments measure, plots draw"
 
 
+def test_compiled_imports_only_the_standard_library_and_triton():
+    # helpers/compiled.py is also run by path as the compiling process: importing helpers
+    # there would switch Triton's interpreter on (CPU mode) and nothing could compile.
+    ours = _under(_imports("helpers.compiled"), "helpers", "torch", "numpy")
+    assert not ours, f"helpers.compiled imports {sorted(ours)}"
+
+
 def test_no_import_cycle():
     graph = {n: {m for m in _imports(n) if m in MODULES and m != n} for n in MODULES}
     # A package's __init__ importing its own submodules is how packages work, not a cycle.
