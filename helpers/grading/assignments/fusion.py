@@ -12,7 +12,7 @@ Parts (20 points; 15 graded in CPU mode, the last 5 on a GPU):
 2a     ``residual_rmsnorm`` launches the notebook's Triton kernel and   5
        matches the reference on awkward shapes in fp32, fp16, bf16
 2b     its kernel never reads or writes outside its tensors             2
-3a     >= 1.5x faster than the eager PyTorch version (GPU)              3
+3a     >= 5x faster than the eager PyTorch version (GPU)                3
 3b     within 20 % of the predicted time (GPU)                          2
 =====  ==========================================================  ======
 """
@@ -32,7 +32,16 @@ M, N = 4096, 8192
 BF16 = torch.bfloat16
 EPS = rk.EPS
 TOLERANCE = 0.02                 # relative, for every napkin-math number
-SPEEDUP_GOAL = 1.5               # part 3a: measured speed-up over the eager version
+# Part 3a: the measured speed-up over the eager version. The bytes predict 5.25x (part 1c:
+# 42 MN bytes against 8 MN); the course's own fused kernel (helpers.kernels.rmsnorm, the
+# solution's kernel) beats that prediction in the committed fusion records,
+# helpers/records/fusion__H100-SXM.json and fusion__H200.json. The goal sits a little below
+# the lower of the two, so a correct kernel that moves its bytes once at near the copy
+# bandwidth passes with room for noise, while one that moves more (reading x and residual
+# twice: 12 MN bytes, 3.5x predicted) or fuses the norm but not the add (PyTorch's
+# add + F.rms_norm, in the same records) does not. tests/test_grading_05.py checks the goal
+# against the records.
+SPEEDUP_GOAL = 5.0
 TIME_SLACK = 1.2                 # part 3b: measured time <= 1.2 x predicted
 
 # The answers: formulas in keys_fusion (instructor), sealed in a student release.
@@ -248,8 +257,10 @@ def _speed(t):
     text = (f"on {t['gpu']} at {M}x{N} bf16: yours {t['yours']:.4f} ms, the eager version "
             f"{t['eager']:.4f} ms: {ratio:.2f}x (the goal is {SPEEDUP_GOAL:g}x)")
     return target(part, ratio >= SPEEDUP_GOAL, text,
-                  "One program per row, the whole row in one block, nothing but the kernel "
-                  "launch inside residual_rmsnorm")
+                  "The fused kernel moves about a fifth of the eager version's bytes: one "
+                  "program per row, the whole row in one block, each tensor read or written "
+                  "once, more warps for long rows (num_warps=16 at 8192 columns), and "
+                  "nothing but the kernel launch inside residual_rmsnorm")
 
 
 def _near_prediction(t):
