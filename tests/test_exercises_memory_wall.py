@@ -51,3 +51,31 @@ def test_regime():
     assert not fb and "launch floor" in fb.message
     assert not ex.check_regime("fast", 2**16, floor_us=5, peak_gbps=3350)
     assert_unanswered(ex.check_regime(..., 2**16, floor_us=5, peak_gbps=3350))
+
+
+COALESCING = {"baseline": "copy, strips of rows (coalesced)", "dtype": "fp32",
+              "rows": [{"name": "copy, strips of rows (coalesced)", "ms": 0.2},
+                       {"name": "copy, strips of columns (strided)", "ms": 1.8},
+                       {"name": "transpose, strips (reads coalesced, writes strided)", "ms": 1.4}]}
+
+
+def test_l2_ratio_is_a_prediction_that_never_shows_the_value():
+    assert ex.check_l2_ratio(2.5, 7331, 2928)
+    assert ex.check_l2_ratio(3, 7331, 2928), "within a factor of 1.35"
+    fb = ex.check_l2_ratio(1, 7331, 2928)
+    assert not fb and "too low" in fb.message and "on the chip" in fb.message
+    fb = ex.check_l2_ratio(10, 7331, 2928)
+    assert not fb and "too high" in fb.message and "SRAM" in fb.message
+    assert "2.50" not in fb.message and "2.504" not in fb.message and "GiB" not in fb.message
+    assert_unanswered(ex.check_l2_ratio(..., 7331, 2928))
+
+
+def test_strided_slowdown_reads_the_record_and_names_the_slips():
+    assert ex.check_strided_slowdown(8, COALESCING), "the sector count, 32 / 4"
+    assert ex.check_strided_slowdown(9, COALESCING)
+    assert "sectors" in ex.check_strided_slowdown(1, COALESCING).message
+    assert "a warp touches" in ex.check_strided_slowdown(32, COALESCING).message
+    fb = ex.check_strided_slowdown(3, COALESCING)
+    assert not fb and "too low" in fb.message and "9" not in fb.message
+    assert "at most one" in ex.check_strided_slowdown(20, COALESCING).message
+    assert_unanswered(ex.check_strided_slowdown(..., COALESCING))

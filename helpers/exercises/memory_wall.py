@@ -1,4 +1,6 @@
-"""Checks for lesson 01 (the memory wall): bytes moved, ridge points, fusion, latency.
+"""Checks for lesson 01 (the memory wall): bytes moved, ridge points, fusion, latency, and
+predictions made before a record prints (L2 against HBM, strided access, the kernels of an
+unfused chain).
 
 Every expected value is computed here from the napkin math of :mod:`helpers.intensity`,
 the hardware table, or numbers the notebook passes in from a measurement record.
@@ -12,6 +14,7 @@ from .. import hardware, intensity
 from ..dtypes import dtype_key, element_size
 from ..feedback import Feedback, check_choice, check_number
 from ..plots.memory_wall import format_bytes
+from .start_here import predicted_number
 
 
 def check_copy_bytes(answer, n: int, dtype=torch.float16) -> Feedback:
@@ -89,3 +92,45 @@ def check_regime(answer, nbytes: float, floor_us: float, peak_gbps: float) -> Fe
         why=f"At {peak_gbps:,.0f} GB/s the bytes take {transfer_us:.3g} µs, {relation} than "
             f"the {floor_us:.3g} µs launch floor.")
 
+
+
+# --------------------------------------------------------------------------------------
+# Predictions made before a record prints: a wrong one is told what it overlooked, never
+# the recorded value (lesson 00's predicted_number).
+# --------------------------------------------------------------------------------------
+
+
+def check_l2_ratio(answer, l2_gbps: float, hbm_gbps: float) -> Feedback:
+    """Prediction: how many times HBM's read bandwidth does L2 deliver (measured, both read
+    by the same kernel)? Within a factor of 1.35 either way counts."""
+    return predicted_number(
+        "L2's read bandwidth over HBM's", answer, l2_gbps / hbm_gbps, rel=None, factor=1.35,
+        unit="x",
+        high="L2 is on the chip but outside the SMs: every read crosses the chip to one of "
+             "the L2 slices that all SMs share, a long way from the cores; only each SM's own "
+             "SRAM is that close",
+        low="L2 is on the chip: a read it serves never leaves the chip, so it delivers "
+            "a multiple of what HBM does (a cache slower than the memory behind it would not "
+            "pay)")
+
+
+def check_strided_slowdown(answer, coalescing: dict, sector: int = 32) -> Feedback:
+    """Prediction: how many times longer the copy by strips of columns takes than the copy
+    by strips of rows (the ``coalescing`` part of the ``memory_levels`` record)."""
+    ms = {r["name"]: r["ms"] for r in coalescing["rows"]}
+    rows_ms = ms[coalescing["baseline"]]
+    cols_ms = next(v for k, v in ms.items() if k.startswith("copy") and "columns" in k)
+    word = element_size(coalescing["dtype"])
+    warp = 32
+    return predicted_number(
+        "time of the copy by columns over the copy by rows", answer, cols_ms / rows_ms,
+        rel=0.3, unit="x",
+        mistakes=[(1.0, "you compared the bytes the kernels ask for: the same, but memory "
+                        f"moves whole {sector}-byte sectors, and by columns each "
+                        f"{word}-byte word needs a sector of its own"),
+                  (warp, f"you counted the sectors a warp touches by columns ({warp}) against "
+                         "one; by rows its 32 words fill several sectors")],
+        high=f"the waste has a bound: each {word}-byte word brings at most one {sector}-byte "
+             "sector through the chip",
+        low=f"by columns each {word}-byte word brings a whole {sector}-byte sector through the "
+            "chip: by how many times does that multiply the bytes moved?")
