@@ -14,8 +14,6 @@ BLOCK_K``), ``num_stages`` and ``num_warps``. Outputs, from the tile formulas of
   tile loads, which is what the lesson's roofline shows.
 
 :func:`plan` computes all of it; :class:`helpers.plots.tiling.TileExplorer` draws it.
-:func:`occupancy` turns what a compiled program uses (registers per thread, shared memory,
-warps) into programs per SM, the way Triton's tutorial 02 (fused softmax) does.
 """
 
 from __future__ import annotations
@@ -31,12 +29,6 @@ from .kernels import matmul as mm
 # Hopper, 163 of 164 on an A100, 99 of 100 on Ada); on 7.5 (T4) all 64 KiB.
 MAX_REGISTERS_PER_THREAD = 255
 RESERVED_SMEM_BYTES = 1024
-# The same table: every SM from 7.5 on has 65,536 32-bit registers; the resident warps
-# per SM are 32 on 7.5, 64 on 8.0 and 9.0/10.0, 48 on 8.6/8.7/8.9/12.0.
-REGISTERS_PER_SM = 65536
-WARP_SIZE = 32
-_MAX_WARPS_PER_SM = {(7, 5): 32, (8, 0): 64, (8, 6): 48, (8, 7): 48, (8, 9): 48,
-                     (9, 0): 64, (10, 0): 64, (12, 0): 48}
 BLOCK_CHOICES = (16, 32, 64, 128, 256)
 WARP_CHOICES = (1, 2, 4, 8, 16)
 # The storage types a tile of tl.dot takes (fp32 runs on the TF32 tensor cores).
@@ -47,48 +39,6 @@ def smem_per_program(spec: hardware.GPUSpec) -> int:
     """The most shared memory one program may have on ``spec``, in bytes."""
     reserved = RESERVED_SMEM_BYTES if spec.compute_capability >= (8, 0) else 0
     return spec.smem_per_sm_bytes - reserved
-
-
-def max_warps_per_sm(spec: hardware.GPUSpec) -> int:
-    """The most warps one SM of ``spec`` keeps resident (its compute capability's limit)."""
-    return _MAX_WARPS_PER_SM[tuple(spec.compute_capability)]
-
-
-@dataclass(frozen=True)
-class Occupancy:
-    """Programs of one compiled kernel that fit on one SM at once, and which limit binds."""
-
-    programs_per_sm: int
-    limited_by: str             # "registers", "shared memory" or "warps"
-    by_registers: int           # programs per SM if registers were the only limit
-    by_shared: int
-    by_warps: int
-
-    def line(self) -> str:
-        return (f"{self.programs_per_sm} program(s) per SM, limited by {self.limited_by} "
-                f"(registers allow {self.by_registers}, shared memory {self.by_shared}, "
-                f"warps {self.by_warps})")
-
-
-def occupancy(spec: hardware.GPUSpec | str, registers_per_thread: int, shared_bytes: int,
-              num_warps: int) -> Occupancy:
-    """Programs per SM = min(register file / (registers per thread x 32 x num_warps),
-    shared memory per SM / shared memory per program, resident warps / num_warps), as
-    Triton's tutorial 02 computes it (with the warp limit added). Registers and shared
-    bytes are what the compiler reports for one program (``n_regs``, ``shared``)."""
-    spec = hardware.lookup(spec) if isinstance(spec, str) else spec
-    reserved = spec.smem_per_sm_bytes - smem_per_program(spec)   # per program, from sm_80
-    limits = {
-        "registers": REGISTERS_PER_SM // max(1, registers_per_thread * WARP_SIZE * num_warps),
-        "shared memory": spec.smem_per_sm_bytes // (shared_bytes + reserved)
-        if shared_bytes + reserved else max_warps_per_sm(spec),
-        "warps": max_warps_per_sm(spec) // num_warps,
-    }
-    low = min(limits.values())
-    binding = [name for name, v in limits.items() if v == low]
-    return Occupancy(programs_per_sm=low, limited_by=" and ".join(binding),
-                     by_registers=limits["registers"], by_shared=limits["shared memory"],
-                     by_warps=limits["warps"])
 
 
 def _torch_dtype(name: str):

@@ -3,7 +3,7 @@ answer never prints the expected value, and a blank one is a neutral "no answer 
 
 import pytest
 
-from helpers import tile_plan
+from helpers import compiled
 from helpers.exercises import tiling as ex
 
 # A ladder with the two rungs check_order_gain reads (made-up speeds: the check's logic,
@@ -17,7 +17,7 @@ def _neutral(fb):
 
 
 def test_blank_answers_are_neutral():
-    occ = tile_plan.occupancy("H100-SXM", 200, 147456, 8)
+    occ = compiled.Occupancy(by_registers=1, by_shared=1, by_warps=8, by_blocks=32)
     _neutral(ex.check_tile_intensity(..., 128, 256))
     _neutral(ex.check_max_stages(..., "H100-SXM", "fp16", 128, 256, 64))
     _neutral(ex.check_warps_to_avoid_spills(None, 128, 256))
@@ -73,21 +73,13 @@ def test_order_gain_reads_the_ladder():
 
 
 def test_programs_per_sm():
-    big = tile_plan.occupancy("H100-SXM", 200, 147456, 8)        # both limits: 1
-    assert ex.check_programs_per_sm(1, big)
+    big = compiled.Occupancy(by_registers=1, by_shared=1, by_warps=8, by_blocks=32)
+    right = ex.check_programs_per_sm(1, big)
+    assert right and "registers and shared memory" in right.message   # both limits named
     assert not ex.check_programs_per_sm(2, big)
-    reg = tile_plan.occupancy("H100-SXM", 255, 32768, 4)         # registers: 2, shared: 6
-    assert reg.programs_per_sm == 2 and reg.limited_by == "registers"
-    slip = ex.check_programs_per_sm(6, reg)
+    reg = compiled.Occupancy(by_registers=2, by_shared=6, by_warps=16, by_blocks=32)
+    slip = ex.check_programs_per_sm(6, reg)                       # shared memory alone
     assert not slip and "registers" in slip.message and "2" not in slip.message
-
-
-def test_occupancy_formula():
-    o = tile_plan.occupancy("H100-SXM", 128, 32768, 4)
-    assert o.by_registers == 65536 // (128 * 32 * 4)              # 4
-    assert o.by_shared == 228 * 1024 // (32768 + 1024)            # 7: 1 KiB kept per program
-    assert o.by_warps == 64 // 4
-    assert o.programs_per_sm == 4 and o.limited_by == "registers"
-    assert tile_plan.occupancy("RTX4090", 32, 0, 16).limited_by == "warps"   # 48 warps: 3
-    assert tile_plan.occupancy("RTX4090", 32, 0, 16).programs_per_sm == 3
-    assert "limited by" in o.line()
+    assert "shared memory" in ex.check_programs_per_sm(
+        3, compiled.Occupancy(by_registers=3, by_shared=2, by_warps=16, by_blocks=32)).message
+    assert "too few" in ex.check_programs_per_sm(1, reg).message

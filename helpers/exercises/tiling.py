@@ -12,6 +12,7 @@ import math
 
 from .. import dtypes, intensity, tile_plan
 from ..feedback import Feedback, _read_number
+from ..plots import tiling as tiling_plots
 
 
 def _number(part: str, answer, unit: str) -> float | Feedback:
@@ -138,17 +139,22 @@ def check_order_gain(answer, ladder: list[dict], n: int = 4096, dtype: str = "fp
                     "each program does the same work")
 
 
-def check_programs_per_sm(answer, occ: tile_plan.Occupancy) -> Feedback:
-    """Prediction: how many programs of a compiled kernel one SM runs at once."""
+def check_programs_per_sm(answer, occ) -> Feedback:
+    """Prediction: how many programs of a compiled kernel one SM runs at once (``occ``: a
+    :class:`helpers.compiled.Occupancy`)."""
     part = "programs per SM"
     value = _number(part, answer, "programs")
     if isinstance(value, Feedback):
         return value
     if value == occ.programs_per_sm:
-        return Feedback(part, True, f"{occ.programs_per_sm} is right: {occ.line()}")
-    if value == min(occ.by_shared, occ.by_warps) or value == min(occ.by_registers, occ.by_warps):
-        left = "registers" if value == min(occ.by_shared, occ.by_warps) else "shared memory"
-        return Feedback(part, False, f"not quite: you left out the {left}; every limit binds")
+        return Feedback(part, True, f"{occ.programs_per_sm} is right: "
+                        f"{tiling_plots.occupancy_line(occ)}")
+    without = {"registers": min(occ.by_shared, occ.by_warps, occ.by_blocks),
+               "shared memory": min(occ.by_registers, occ.by_warps, occ.by_blocks)}
+    for left, v in without.items():
+        if value == v != occ.programs_per_sm:
+            return Feedback(part, False, f"not quite: you left out the {left}; every limit "
+                            "binds")
     side = "many" if value > occ.programs_per_sm else "few"
     return Feedback(part, False, f"too {side}: take the smallest of register file / "
                     "(registers per thread x 32 x warps), shared memory per SM / shared memory "

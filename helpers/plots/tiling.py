@@ -150,6 +150,16 @@ def draw_ladder(ax, rows: list[dict], dtype: str, steps: list[dict], peak: float
     ax.set_xticklabels([str(n) for n in sizes])
 
 
+def occupancy_line(occ) -> str:
+    """One line for a :class:`helpers.compiled.Occupancy`: programs per SM, every limit
+    that binds (ties named together), and what each limit alone allows."""
+    limits = {"registers": occ.by_registers, "shared memory": occ.by_shared,
+              "warps": occ.by_warps, "blocks": occ.by_blocks}
+    binding = " and ".join(k for k, v in limits.items() if v == occ.programs_per_sm)
+    return (f"{occ.programs_per_sm} program(s) per SM, limited by {binding} ("
+            + ", ".join(f"{k} allow {v}" for k, v in limits.items()) + ")")
+
+
 def tf32_rows(rec) -> list[dict]:
     """The ``tf32`` record as a table: torch.matmul both ways, lesson 04's TF32 configuration,
     the fastest TF32 configuration for each layout of B, and true fp32 in ``tl.dot``; TFLOP/s
