@@ -305,7 +305,8 @@ EXTRACTORS = {"memory_wall": memory_wall, "memory_levels": memory_levels,
               "moe": moe}
 # A lesson's further experiments: the topic of the lesson each belongs to.
 TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fusion",
-            "attention_tiles": "attention", "moe_parallel": "moe", "moe_parallel_4gpu": "moe"}
+            "attention_tiles": "attention", "moe_parallel": "moe", "moe_parallel_4gpu": "moe",
+            "profiles": "fusion", "tiling_ncu": "tiling", "noise": "roofline"}
 # Records with no course kernel timed beside a baseline, and why.
 NOT_REPORTED = {
     "roofline": "PyTorch's and cuBLAS's own ops placed on the roofline: no course kernel",
@@ -313,6 +314,9 @@ NOT_REPORTED = {
     "attention_tiles": "lesson 06's kernels under each tile setting: a sweep with no baseline",
     "moe_parallel": "expert parallelism across the GPUs of one machine, not one GPU's kernels",
     "moe_parallel_4gpu": "the same across 4 GPUs",
+    "profiles": "torch.profiler's kernel tables of lessons 01 and 05: where a call's time goes",
+    "tiling_ncu": "Nsight Compute counters of lesson 04's ladder: why each rung runs as it does",
+    "noise": "cuBLAS's reference per dtype and its run-to-run spread, with clocks and power",
 }
 
 

@@ -1,0 +1,73 @@
+"""Lesson 04's ladder as Nsight Compute saw it, read from the ``tiling_ncu`` record.
+
+One line per rung: the kernel's time, how busy DRAM, L2, the tensor pipes and the SMs were
+(percent of each one's peak), achieved occupancy, registers per thread and shared memory
+per block. A record made where the counters could not be read says why instead.
+"""
+
+from __future__ import annotations
+
+from .profiles import results_of
+
+TIME = "gpu__time_duration.sum"                       # nanoseconds
+DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+L2 = "lts__throughput.avg.pct_of_peak_sustained_elapsed"
+SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
+REGISTERS = "launch__registers_per_thread"
+SHARED = "launch__shared_mem_per_block_dynamic"       # bytes
+# Tensor-pipe activity: Ampere's mma counts as hmma; Hopper's wgmma may count as gmma.
+TENSOR = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+          "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+          "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active")
+
+
+def tensor_pct(metrics: dict) -> float | None:
+    """The tensor pipes' activity: the largest of the counters that came back (a kernel uses
+    either mma or wgmma, and the other reads 0), or None if none did."""
+    got = [metrics.get(m) for m in TENSOR if metrics.get(m) is not None]
+    return max(got) if got else None
+
+
+def ncu_rows(record) -> list[dict]:
+    """One dict per rung: the table's columns as numbers (None where ncu gave nothing)."""
+    rows = []
+    for r in results_of(record)["rows"]:
+        m = r["metrics"]
+        shared = m.get(SHARED)
+        rows.append({"rung": r.get("label") or r["rung"],
+                     "ms": m[TIME] / 1e6 if m.get(TIME) is not None else None,
+                     "DRAM %": m.get(DRAM), "L2 %": m.get(L2), "tensor %": tensor_pct(m),
+                     "SM %": m.get(SM), "occupancy %": m.get(OCCUPANCY),
+                     "regs": m.get(REGISTERS),
+                     "smem KiB": shared / 1024 if shared is not None else None})
+    return rows
+
+
+_FORMATS = {"ms": "{:.3f}", "regs": "{:.0f}", "smem KiB": "{:.0f}"}
+
+
+def ncu_table(record) -> str:
+    """The rungs as a fixed-width text table, or why the record has none."""
+    res = results_of(record)
+    if not res.get("available"):
+        return f"Nsight Compute metrics unavailable: {res.get('reason') or 'no reason given'}"
+    rows = ncu_rows(record)
+    cols = list(rows[0]) if rows else ["rung"]
+    width = max(len("rung"), *(len(r["rung"]) for r in rows))
+    cell = lambda c, v: "-" if v is None else _FORMATS.get(c, "{:.1f}").format(v)  # noqa: E731
+    lines = ["  ".join([f"{'rung':<{width}}", *(f"{c:>11}" for c in cols[1:])])]
+    lines.append("-" * len(lines[0]))
+    for r in rows:
+        lines.append("  ".join([f"{r['rung']:<{width}}",
+                                *(f"{cell(c, r[c]):>11}" for c in cols[1:])]))
+    shape = "x".join(map(str, res["shape"]))
+    lines.append(f"{shape} {res['dtype']}, {res.get('ncu_version') or 'ncu'}")
+    label = getattr(record, "label", "")
+    if label:
+        lines.append(f"source: {label}")
+    return "\n".join(lines)
+
+
+def print_ncu_table(record) -> None:
+    print(ncu_table(record))
