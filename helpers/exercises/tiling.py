@@ -17,8 +17,11 @@ from ..plots import tiling as tiling_plots
 
 def _number(part: str, answer, unit: str) -> float | Feedback:
     """``answer`` as a finite float, or the Feedback saying why it is not one."""
+    if answer is None or answer is Ellipsis:
+        return Feedback(part, False, f"no answer yet: replace the ... with your prediction "
+                        f"({unit})", status="not implemented")
     if isinstance(answer, str):
-        return Feedback(part, False, f"expected a number in {unit}, got {answer!r}")
+        return Feedback(part, False, f"expected a number ({unit}), got {answer!r}")
     return _read_number(part, answer, unit)
 
 
@@ -57,7 +60,7 @@ def check_max_stages(answer, gpu: str, dtype, block_m: int, block_n: int,
     """Prediction: the most pipeline stages for which the tile still fits in one
     program's shared memory on ``gpu``."""
     part = f"most stages of a {block_m}x{block_n}x{block_k} {dtypes.dtype_key(dtype)} tile"
-    value = _number(part, answer, "stages")
+    value = _number(part, answer, "a number of stages")
     if isinstance(value, Feedback):
         return value
     limit = tile_plan.smem_per_program(tile_plan.hardware.lookup(gpu))
@@ -86,7 +89,7 @@ def check_warps_to_avoid_spills(answer, block_m: int, block_n: int) -> Feedback:
     """Prediction: the fewest warps (a power of two) that hold a ``block_m x block_n``
     fp32 accumulator in fewer than 255 registers per thread."""
     part = f"warps for a {block_m}x{block_n} accumulator"
-    value = _number(part, answer, "warps")
+    value = _number(part, answer, "a number of warps")
     if isinstance(value, Feedback):
         return value
     words = block_m * block_n                      # fp32: one register each
@@ -122,7 +125,7 @@ GAIN_TOLERANCE = 0.05   # absolute, on a ratio near 1: about the spread of one t
 def check_order_gain(answer, ladder: list[dict], n: int = 4096, dtype: str = "fp16") -> Feedback:
     """Prediction: v3 (grouped order, one stage) over v2 (row-major), a speed ratio."""
     part = f"v3 over v2 at {n}^3 {dtype}"
-    value = _number(part, answer, "x (a speed ratio)")
+    value = _number(part, answer, "a speed ratio")
     if isinstance(value, Feedback):
         return value
     if value <= 0:
@@ -143,7 +146,7 @@ def check_programs_per_sm(answer, occ) -> Feedback:
     """Prediction: how many programs of a compiled kernel one SM runs at once (``occ``: a
     :class:`helpers.compiled.Occupancy`)."""
     part = "programs per SM"
-    value = _number(part, answer, "programs")
+    value = _number(part, answer, "a number of programs")
     if isinstance(value, Feedback):
         return value
     if value == occ.programs_per_sm:
