@@ -186,3 +186,39 @@ def test_predictions_hold_on_the_committed_record():
         recorded = next(p["fraction_of_roof"] for p in pts if p["name"] == name)
         assert ex.roof_fraction(pts, name, spec) == pytest.approx(recorded, rel=1e-6)
     assert ex.check_ridge_side("memory", pts, "attention materialised seq=4096", spec)
+
+
+def _noise(a_tflops, b_tflops):
+    def entry(ts):
+        return {"tflops_median": sorted(ts)[len(ts) // 2], "tflops_min": min(ts),
+                "tflops_max": max(ts),
+                "rounds": [{"ms": 1.0, "tflops": t, "sm_clock_mhz": None, "power_w": None}
+                           for t in ts]}
+    return {"identical_configs": {"config": {"label": "v5 TMA, persistent"},
+                                  "a": entry(a_tflops), "b": entry(b_tflops)}}
+
+
+def test_identical_gap_prediction():
+    rec = _noise([700.0, 660.0, 690.0], [680.0, 672.0, 655.0])   # 700 / 655: 6.9% apart
+    assert ex.check_identical_gap(5, rec) and ex.check_identical_gap(10, rec)
+    assert "6.9%" in ex.check_identical_gap(7, rec).message, "a right answer hears the value"
+    low, high = ex.check_identical_gap(0, rec), ex.check_identical_gap(30, rec)
+    assert not low and "too low" in low.message and "clock" in low.message
+    assert not high and "too high" in high.message
+    for fb in (low, high):
+        assert "6.9" not in fb.message, "a wrong answer is not told the recorded gap"
+    assert "fraction" in ex.check_identical_gap(0.07, rec).message
+    assert not ex.check_identical_gap("5", rec) and not ex.check_identical_gap(-3, rec)
+    assert not ex.check_identical_gap(float("nan"), rec)
+    assert_unanswered(ex.check_identical_gap(..., rec))
+
+
+def test_identical_gap_prediction_on_the_committed_record():
+    from support import committed_record
+
+    from helpers.plots.noise import identical_gap
+
+    rec = committed_record("noise")
+    gap = 100 * identical_gap(rec)["rounds"]
+    assert ex.check_identical_gap(gap, rec)
+    assert not ex.check_identical_gap(gap * 3 + 1, rec)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .. import hardware, intensity, prediction, roofline
 from ..dtypes import element_size
-from ..feedback import Feedback, check_number, choice_word
+from ..feedback import Feedback, _read_number, check_number, choice_word
 
 
 def check_vector_add_intensity(answer, dtype="fp16") -> Feedback:
@@ -397,3 +397,37 @@ def check_ridge_side(answer, points, name: str, spec: hardware.GPUSpec) -> Feedb
         why = ("count only the bytes that must reach DRAM; what stays on chip is free, and "
                f"then compare its FLOPs per byte with the {w['peak_dtype']} ridge point")
     return Feedback(part, False, f"{got!r} is not it: {why}.")
+
+
+# --------------------------------------------------------------------------------------
+# Run-to-run noise: two identical launches (the ``noise`` record).
+# --------------------------------------------------------------------------------------
+
+IDENTICAL_GAP_FACTOR = 2.0   # right within a factor of 2 of the recorded gap: the order matters
+
+
+def check_identical_gap(answer, noise_rec) -> Feedback:
+    """Prediction: how far apart, in percent of the slower, the fastest and the slowest of
+    the rounds of two identical launches (one Triton configuration, taken in turns) were."""
+    from ..plots.noise import identical_gap
+
+    part = "gap between two identical launches"
+    value = _read_number(part, answer, "%")
+    if isinstance(value, Feedback):
+        return value
+    if value < 0:
+        return Feedback(part, False, f"expected a percentage of at least 0, got {answer!r}")
+    gap = 100 * identical_gap(noise_rec)["rounds"]
+    if gap / IDENTICAL_GAP_FACTOR <= value <= gap * IDENTICAL_GAP_FACTOR:
+        return Feedback(part, True, f"{value:g}% is the right size: the rounds were "
+                        f"{gap:.1f}% apart")
+    if value < gap / IDENTICAL_GAP_FACTOR:
+        if gap / IDENTICAL_GAP_FACTOR <= 100 * value <= gap * IDENTICAL_GAP_FACTOR:
+            return Feedback(part, False, f"{value:g} looks like a fraction: answer in percent "
+                            "(5 for 5%)")
+        return Feedback(part, False, f"{value:g}% is too low: the same code is not the same "
+                        "conditions. The SM clock follows power and temperature from round to "
+                        "round, and every round times a fresh L2 flush and its own launches")
+    return Feedback(part, False, f"{value:g}% is too high: the clock moves by a few percent "
+                    "under load, not by halves, and each round is already a median of many "
+                    "runs")
