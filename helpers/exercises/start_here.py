@@ -28,6 +28,9 @@ def predicted_number(part: str, got, expected: float, *, rel: float | None = 0.0
     between 0 and 1 (a percentage is named as one).
     """
     u = f" {unit}" if unit else ""
+    if fraction and (got is None or got is Ellipsis):
+        return Feedback(part, False, "no answer yet: set it to a fraction between 0 and 1",
+                        status="not implemented")
     value = _read_number(part, got, unit)
     if isinstance(value, Feedback):
         return value

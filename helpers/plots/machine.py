@@ -9,6 +9,7 @@ records. They draw; they never measure. Every figure has a title and a source li
 from __future__ import annotations
 
 import math
+import textwrap
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
@@ -67,7 +68,7 @@ def gpu_anatomy(spec, n: int, block: int, *, num_warps: int = 4, source: str = "
         y -= 0.07
     ax_grid.text(0.5, 0.9, f"n = {n:,} elements, BLOCK_SIZE = {block:,}\n"
                            f"ceil(n / BLOCK_SIZE) = {n_prog:,} programs", ha="center", fontsize=7)
-    ax_grid.text(0.5, max(y, 0.02), "colour: the SM a program lands on", ha="center",
+    ax_grid.text(0.5, max(y, 0.02), "first wave: program i starts on SM i\n(colours repeat every 20)", ha="center",
                  fontsize=6, color="0.35")
 
     # 2. the chip: the SMs, their shared memory, the L2 they share, HBM off the chip
@@ -108,7 +109,7 @@ def gpu_anatomy(spec, n: int, block: int, *, num_warps: int = 4, source: str = "
                             "one instruction together", ha="center", fontsize=7)
 
     fig.suptitle(f"A launch of {n_prog:,} programs on the {spec.name}", fontsize=11)
-    add_source(ax_chip, source or _spec_source(spec))
+    add_source(ax_chip, textwrap.fill(source or _spec_source(spec), 110))
     fig.subplots_adjust(left=0.02, right=0.98, top=0.84, bottom=0.16, wspace=0.08)
     return fig
 
@@ -183,7 +184,7 @@ def memory_hierarchy(spec, *, registers_kib: float | None = None,
     top = max(lv["gbps"] for lv in shown)
     ax_bw.set_xlim(min(lv["gbps"] for lv in shown) / 2, top * 12)
     finish(ax_bw, title="how fast they deliver", xlabel="bandwidth (GB/s, log scale)",
-           ylabel="level", source=source or _spec_source(spec))
+           ylabel="level", source=textwrap.fill(source or _spec_source(spec), 90))
     fig.suptitle(f"The memory hierarchy of the {spec.name}", fontsize=11)
     fig.subplots_adjust(left=0.02, right=0.98, top=0.85, bottom=0.2, wspace=0.3)
     return fig
