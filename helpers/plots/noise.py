@@ -84,6 +84,7 @@ def plot_rounds(record, key: str = "bf16 8192^3", axes=None):
     finish(ax, title=f"cuBLAS {key}, round by round", xlabel="round",
            ylabel="TFLOP/s", source=source)
     _legend(ax, clock)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     windows = res.get("sustained", {}).get("windows", [])
     if windows:
         t = [w["t_s"] for w in windows]
