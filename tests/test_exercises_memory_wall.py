@@ -79,3 +79,18 @@ def test_strided_slowdown_reads_the_record_and_names_the_slips():
     assert not fb and "too low" in fb.message and "9" not in fb.message
     assert "at most one" in ex.check_strided_slowdown(20, COALESCING).message
     assert_unanswered(ex.check_strided_slowdown(..., COALESCING))
+
+
+CHAIN = {"kernels": [{"name": "bias_add_kernel", "calls_per_op": 1, "us_per_call": 710.0},
+                     {"name": "gelu_kernel", "calls_per_op": 1, "us_per_call": 712.0}]}
+
+
+def test_unfused_kernel_us_against_the_profiled_kernels():
+    one_pass = 2 * 2**30 / 3016e9 * 1e6          # 1 GiB read + 1 GiB written at the copy's rate
+    assert ex.check_unfused_kernel_us(one_pass, CHAIN)
+    fb = ex.check_unfused_kernel_us(one_pass / 2, CHAIN)
+    assert not fb and "one direction" in fb.message and "711" not in fb.message
+    assert "whole chain" in ex.check_unfused_kernel_us(2 * 711, CHAIN).message
+    assert "too high" in ex.check_unfused_kernel_us(5000, CHAIN).message
+    assert "unit prefix" in ex.check_unfused_kernel_us(0.711, CHAIN).message   # ms for µs
+    assert_unanswered(ex.check_unfused_kernel_us(..., CHAIN))

@@ -134,3 +134,21 @@ def check_strided_slowdown(answer, coalescing: dict, sector: int = 32) -> Feedba
              "sector through the chip",
         low=f"by columns each {word}-byte word brings a whole {sector}-byte sector through the "
             "chip: by how many times does that multiply the bytes moved?")
+
+
+def check_unfused_kernel_us(answer, op: dict) -> Feedback:
+    """Prediction: the µs each kernel of the unfused chain takes (one read and one write pass
+    over the tensor), against the mean the profiler measured for its kernels (``op``: one
+    op of the ``profiles`` record, e.g. ``"elementwise chain unfused"``)."""
+    kernels = [k for k in op["kernels"] if k["calls_per_op"] >= 1]
+    expected = sum(k["us_per_call"] for k in kernels) / len(kernels)
+    n = len(kernels)
+    return predicted_number(
+        "µs per kernel of the unfused chain", answer, expected, rel=0.15, unit="µs",
+        mistakes=[(expected / 2, "you counted one direction: each kernel reads the tensor "
+                                 "and writes one of the same size"),
+                  (n * expected, f"that is the whole chain: its {n} kernels each make one pass")],
+        high="each kernel streams its bytes at about the copy kernel's rate, no slower: "
+             "bytes over the copy's GB/s",
+        low="count every byte of the pass, the tensor read and the tensor written, and divide "
+            "by the copy's GB/s")
