@@ -118,3 +118,13 @@ def test_record_counts_the_kernels_each_op_launches(rec):
 def test_record_tables_print(rec):
     for name in OPS:
         assert name in plots.kernel_table(rec, name)
+
+
+def test_short_names_drop_pytorchs_namespaces_and_stay_distinct():
+    maxed = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, "
+             "at::native::MaxOps<float>, unsigned int, c10::Half, 4> >(at::native::ReduceOp<")
+    assert experiment.short_name(maxed).startswith("reduce_kernel<512, 1, ReduceOp<Half, MaxOps")
+    long = "k" * 200
+    first = experiment.short_name(long)
+    second = experiment.short_name(long, [first])
+    assert len(first) == len(second) == experiment.NAME_CHARS and first != second

@@ -111,6 +111,23 @@ def _check(name: str, op: dict) -> None:
 # --------------------------------------------------------------------------------------
 
 
+_NOISE = ("void ", "at::native::", "(anonymous namespace)::", "c10::", "at::")
+
+
+def short_name(name: str, taken=()) -> str:
+    """A kernel's name as the profiler reports it, less the namespaces that every PyTorch
+    kernel carries (``at::native::``, ``c10::``), cut to :data:`NAME_CHARS`; a name already
+    ``taken`` by another kernel gets a number (two reductions differ only past the cut)."""
+    for part in _NOISE:
+        name = name.replace(part, "")
+    short = name[:NAME_CHARS]
+    i = 2
+    while short in taken:
+        short = f"{name[:NAME_CHARS - 4 - len(str(i))]} [{i}]"
+        i += 1
+    return short
+
+
 def kernel_rows(totals: dict[str, tuple[int, float]], order: list[str], launch_bytes: list[int],
                 calls: int) -> dict:
     """The record's entry for one op.
@@ -133,7 +150,8 @@ def kernel_rows(totals: dict[str, tuple[int, float]], order: list[str], launch_b
         us_call = us / count
         b = moved.get(name)
         nbytes = int(sum(b) / len(b)) if b else None
-        rows.append({"name": name[:NAME_CHARS], "calls_per_op": count / calls,
+        rows.append({"name": short_name(name, [r["name"] for r in rows]),
+                     "calls_per_op": count / calls,
                      "us_per_call": us_call, "share": (us / calls) / total if total else 0.0,
                      "bytes": nbytes,
                      "gbps": nbytes / (us_call * 1e-6) / 1e9 if nbytes and us_call > 0 else None})
