@@ -123,7 +123,7 @@ def short_name(name: str, taken=()) -> str:
     short = name[:NAME_CHARS]
     i = 2
     while short in taken:
-        short = f"{name[:NAME_CHARS - 4 - len(str(i))]} [{i}]"
+        short = f"{name[:NAME_CHARS - 3 - len(str(i))]} [{i}]"
         i += 1
     return short
 
