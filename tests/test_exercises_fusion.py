@@ -95,6 +95,25 @@ def test_hottest_kernel():
         ex.hottest_kernel(unmatched, copy_gbps=2000)
 
 
+
+def test_hottest_profiled():
+    # Kernels grouped by name: sub and div are one row of two launches.
+    op = {"total_us": 100.0, "kernels": [
+        {"name": "elementwise_kernel", "calls_per_op": 2, "us_per_call": 25.0, "share": 0.5,
+         "bytes": 40_000_000},
+        {"name": "reduce_kernel", "calls_per_op": 2, "us_per_call": 15.0, "share": 0.3,
+         "bytes": 10_000_000},
+        {"name": "unknown", "calls_per_op": 1, "us_per_call": 60.0, "share": 0.6, "bytes": None},
+        {"name": "vectorized_elementwise_kernel", "calls_per_op": 1, "us_per_call": 20.0,
+         "share": 0.2, "bytes": 40_000_000}]}
+    hot = ex.hottest_profiled(op, copy_gbps=2000)
+    assert hot["op"] == "elementwise_kernel" and hot["launches"] == 2
+    assert hot["p"] == pytest.approx(0.5) and hot["us"] == pytest.approx(50.0)
+    assert hot["floor_us"] == pytest.approx(40.0)      # two launches of 40 MB at 2000 GB/s
+    assert hot["k"] == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="no kernel's bytes"):
+        ex.hottest_profiled({"total_us": 1.0, "kernels": [op["kernels"][2]]}, copy_gbps=2000)
+
 def test_check_end_to_end():
     p, k = 0.5, 2.5                                     # 1 / (0.5 + 0.2) = 1.43x
     assert ex.check_end_to_end(1.43, p, k)
@@ -137,3 +156,30 @@ def test_check_compilations():
     assert "dynamic=False" in ex.check_compilations(3, 2).message
     assert "dynamic=True" in ex.check_compilations(1, 2).message
     assert_unanswered(ex.check_compilations(None, 2))
+
+
+def test_the_profiles_record_bears_out_the_lessons_attribution():
+    """Section 1's claims, against the committed profiles record: the generic elementwise
+    launches (sub, div, a broadcast operand each) take the largest share of the five-op
+    softmax and stream at most at about half the rate of the vectorized one (exp), which runs
+    near the copy rate; the kernels' time is nearly all of the call's; Amdahl's hottest kernel
+    is one of the generic launches."""
+    from helpers import records
+    from helpers.plots import fusion as plots
+
+    prof, fusion = records.load("profiles"), records.load("fusion")
+    rows = {r["kernels"]: r for r in plots.kernel_families(prof)}
+    generic, exp = rows["generic elementwise (sub, div)"], rows["vectorized elementwise (exp)"]
+    assert generic["launches"] == 2 and exp["launches"] == 1
+    assert generic["share %"] == max(r["share %"] for k, r in rows.items() if k != "all")
+    rate = lambda text: [float(v.replace(",", "")) for v in text.split(" to ")]  # noqa: E731
+    copy = fusion.results["copy"]["gbps"]
+    assert max(rate(generic["GB/s"])) < 0.6 * rate(exp["GB/s"])[0]
+    assert rate(exp["GB/s"])[0] > 0.9 * copy
+    assert rows["all"]["launches"] == 5
+    naive_ms = next(r["ms"] for e in fusion.results["softmax"]
+                    if (e["dtype"], e["n"]) == ("fp16", 4096)
+                    for r in e["rows"] if r["name"] == "naive (5 PyTorch ops)")
+    assert rows["all"]["us"] > 0.9 * 1e3 * naive_ms
+    hot = ex.hottest_profiled(prof.results["ops"]["softmax naive"], copy)
+    assert "elementwise_kernel" in hot["op"] and "vectorized" not in hot["op"]

@@ -5,8 +5,8 @@ record, never from a typed-in number. The end of the lesson asks when a kernel p
 itself and what a new shape costs a compiled function:
 
 * :func:`amdahl`: the end-to-end speed-up when one part of the time gets faster, and
-  :func:`hottest_kernel`, which reads that part and its ceiling from a profile that the
-  ``fusion_more`` experiment recorded.
+  :func:`hottest_kernel` (a ``fusion_more`` profile) or :func:`hottest_profiled` (an op of
+  the ``profiles`` record), which read that part and its ceiling from a recorded profile.
 * :class:`CompileCounter`: a ``torch.compile`` backend that runs each graph eagerly (no code
   is generated, so it is quick on any machine) and keeps the shapes of every graph it was
   given, with the sizes Dynamo made symbolic shown as ``s0``, ``s1``, ...
@@ -108,6 +108,23 @@ def hottest_kernel(entry: dict, copy_gbps: float) -> dict:
     return {"op": k.get("op", k["name"]), "us": k["us"], "total_us": entry["sum_kernel_us"],
             "p": k["us"] / entry["sum_kernel_us"], "floor_us": floor_us, "k": k["us"] / floor_us}
 
+
+
+def hottest_profiled(op: dict, copy_gbps: float) -> dict:
+    """The same for one op of the ``profiles`` record, whose kernels are grouped by name (two
+    launches of one kernel, e.g. ``sub`` and ``div``, are one row): the row with the largest
+    share ``p`` of the op's device time, and ``k``, its time per launch over the time its
+    bytes take at ``copy_gbps``. Only rows whose bytes the record knows are considered."""
+    known = [k for k in op["kernels"] if k.get("bytes")]
+    if not known:
+        raise ValueError("this profile gives no kernel's bytes (its launches did not match the "
+                         "napkin math's one to one)")
+    k = max(known, key=lambda x: x["share"])
+    floor_us = k["bytes"] / copy_gbps / 1e3
+    return {"op": k["name"], "launches": k["calls_per_op"],
+            "us": k["us_per_call"] * k["calls_per_op"], "total_us": op["total_us"],
+            "p": k["share"], "floor_us": floor_us * k["calls_per_op"],
+            "k": k["us_per_call"] / floor_us}
 
 def check_end_to_end(answer, p: float, k: float) -> Feedback:
     """Prediction: the whole call's speed-up when a part taking ``p`` of it gets ``k`` times

@@ -74,6 +74,38 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
+
+# The kinds of kernel PyTorch launches for the five-op softmax, told apart by name (first
+# match wins): exp runs the vectorized elementwise kernel; sub and div, whose second operand
+# is broadcast along the row (a stride of 0), the generic one; amax and sum, reductions.
+KERNEL_FAMILIES = (
+    ("vectorized_elementwise_kernel", "vectorized elementwise (exp)"),
+    ("elementwise_kernel", "generic elementwise (sub, div)"),
+    ("reduce_kernel", "reductions (amax, sum)"),
+)
+
+
+def kernel_families(prof, op_name: str = "softmax naive") -> list[dict]:
+    """The kernels one op of the ``profiles`` record launched, grouped by kind
+    (:data:`KERNEL_FAMILIES`): launches, device µs per call, share of the op's time and the
+    slowest and fastest GB/s among them; then the op's total."""
+    op = prof.results["ops"][op_name]
+    groups: dict[str, list[dict]] = {}
+    for k in op["kernels"]:
+        family = next((f for key, f in KERNEL_FAMILIES if key in k["name"]), k["name"][:40])
+        groups.setdefault(family, []).append(k)
+    rows = []
+    for family, ks in sorted(groups.items(), key=lambda kv: -sum(k["share"] for k in kv[1])):
+        rates = [k["gbps"] for k in ks if k.get("gbps")]
+        rows.append({"kernels": family, "launches": int(sum(k["calls_per_op"] for k in ks)),
+                     "us": sum(k["us_per_call"] * k["calls_per_op"] for k in ks),
+                     "share %": 100 * sum(k["share"] for k in ks),
+                     "GB/s": " to ".join(f"{g:,.0f}" for g in sorted({min(rates), max(rates)}))
+                     if rates else "-"})
+    rows.append({"kernels": "all", "launches": int(sum(r["launches"] for r in rows)),
+                 "us": op["total_us"], "share %": 100.0, "GB/s": ""})
+    return rows
+
 def targets(rec) -> list[dict]:
     """Lesson 05's performance targets, each with the measured value and a verdict."""
     res = rec.results
