@@ -91,9 +91,19 @@ def test_plot_rounds_draws_both_panels():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ax, ax2 = plots.plot_rounds(SYNTHETIC)
-    assert ax.get_ylabel() == "TFLOP/s" and ax2.get_visible()
+    ax, ax2, ax3 = plots.plot_rounds(SYNTHETIC)
+    assert ax.get_ylabel() == ax2.get_ylabel() == "TFLOP/s" and ax3.get_ylabel() == "power (W)"
+    without = {k: v for k, v in SYNTHETIC.items() if k != "sustained"}
+    assert len(plots.plot_rounds(without)) == 1
     plt.close("all")
+
+
+def test_sustained_summary_compares_the_first_window_with_those_at_the_limit():
+    s = plots.sustained_summary(SYNTHETIC)
+    assert s["first"] == {"tflops": 760.0, "sm_clock_mhz": 1980.0, "power_w": 690.0}
+    assert s["windows_at_limit"] == s["windows"] == 6 and s["reached_s"] == 0.0
+    assert s["at_limit"]["tflops"] == 735.0
+    assert plots.sustained_summary(SYNTHETIC, near=1.0) is None, "no window at the limit"
 
 
 @pytest.fixture(scope="module")

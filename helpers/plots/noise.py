@@ -67,16 +67,41 @@ def spread_table(record) -> str:
     return "\n".join(lines)
 
 
+def sustained_summary(record, near: float = 0.95) -> dict | None:
+    """The sustained run in two numbers each: its first window (the GPU fresh from idling)
+    and the median of the windows drawing at least ``near`` of the power limit (TFLOP/s, SM
+    clock, power). None if the record has no sustained run or no power readings."""
+    import statistics
+
+    res = results_of(record)
+    windows = res.get("sustained", {}).get("windows", [])
+    limit = res.get("clocks", {}).get("power_limit_w")
+    if not windows or limit is None or any(w["power_w"] is None for w in windows):
+        return None
+    capped = [w for w in windows if w["power_w"] >= near * limit]
+    if not capped:
+        return None
+    pick = ("tflops", "sm_clock_mhz", "power_w")
+    return {"first": {k: windows[0][k] for k in pick},
+            "at_limit": {k: statistics.median(w[k] for w in capped) for k in pick},
+            "reached_s": capped[0]["t_s"], "windows_at_limit": len(capped),
+            "windows": len(windows), "power_limit_w": limit, "key": res["sustained"]["key"]}
+
+
 def plot_rounds(record, key: str = "bf16 8192^3", axes=None):
-    """Left: the TFLOP/s of each round of ``key`` beside its SM clock. Right: the sustained
-    run (if recorded), TFLOP/s and SM clock against time as the GPU meets its power limit."""
+    """Left: the TFLOP/s of each round of ``key`` beside its SM clock. Middle and right (if
+    the record has a sustained run): TFLOP/s and SM clock, then power against the power
+    limit, as the same product runs back to back after the GPU idled."""
     import matplotlib.pyplot as plt
 
     res = results_of(record)
     source = getattr(record, "label", "") or "noise record"
+    windows = res.get("sustained", {}).get("windows", [])
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    ax, ax2 = axes
+        _, axes = plt.subplots(1, 3 if windows else 1, figsize=(16, 3.8) if windows else (6, 3.8),
+                               squeeze=False)
+        axes = list(axes[0])
+    ax = axes[0]
     rounds = res["reference"][key]["rounds"]
     idx = list(range(1, len(rounds) + 1))
     ax.plot(idx, [r["tflops"] for r in rounds], "o-", label=f"torch.matmul {key}")
@@ -85,19 +110,28 @@ def plot_rounds(record, key: str = "bf16 8192^3", axes=None):
            ylabel="TFLOP/s", source=source)
     _legend(ax, clock)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    windows = res.get("sustained", {}).get("windows", [])
     if windows:
-        t = [w["t_s"] for w in windows]
-        ax2.plot(t, [w["tflops"] for w in windows], ".-", color="C2",
-                 label=f"{res['sustained']['key']}, back to back")
-        clock = _clock_axis(ax2, t, [w["sm_clock_mhz"] for w in windows])
-        finish(ax2, title="a sustained run after idling", xlabel="time since start (s)",
-               ylabel="TFLOP/s", source=source)
-        _legend(ax2, clock)
-    else:
-        ax2.set_visible(False)
+        _draw_sustained(axes[1], axes[2], res, source)
     plt.tight_layout()
     return axes
+
+
+def _draw_sustained(ax, ax_power, res, source) -> None:
+    windows = res["sustained"]["windows"]
+    t = [w["t_s"] for w in windows]
+    ax.plot(t, [w["tflops"] for w in windows], ".-", color="C2",
+            label=f"{res['sustained']['key']}, back to back")
+    clock = _clock_axis(ax, t, [w["sm_clock_mhz"] for w in windows])
+    finish(ax, title="a sustained run after idling", xlabel="time since start (s)",
+           ylabel="TFLOP/s", source=source)
+    _legend(ax, clock)
+    ax_power.plot(t, [w["power_w"] if w["power_w"] is not None else float("nan")
+                      for w in windows], ".-", color="C1", label="power draw")
+    limit = res.get("clocks", {}).get("power_limit_w")
+    if limit is not None:
+        ax_power.axhline(limit, ls="--", color="0.3", label=f"power limit ({limit:.0f} W)")
+    finish(ax_power, title="the same run's power", xlabel="time since start (s)",
+           ylabel="power (W)", source=source)
 
 
 def _clock_axis(ax, x, clocks):
