@@ -99,14 +99,14 @@ def check_least_time_us(answer, n: int, dtype, gpu: str = "H100-SXM") -> Feedbac
 
 def check_tiny_fraction(answer, nbytes: int, ms: float, gpu: str = "H100-SXM") -> Feedback:
     """Prediction: the fraction (0 to 1) of ``gpu``'s peak bandwidth that a tiny vector add,
-    measured moving ``nbytes`` in ``ms``, reached. Within a factor of 2 counts: the point is
-    the order of magnitude."""
+    measured moving ``nbytes`` in ``ms``, reached. Within a factor of 3 counts: the point is
+    the order of magnitude (a launch this small costs a few µs, more or less from run to run)."""
     part = "fraction of the peak bandwidth, tiny vector add"
     spec = hardware.lookup(gpu)
     at_peak_us = nbytes / (spec.hbm_bandwidth_gbs * 1e9) * 1e6
     expected = nbytes / (ms * 1e-3) / (spec.hbm_bandwidth_gbs * 1e9)
     return predicted_number(
-        part, answer, expected, rel=None, factor=2.0, fraction=True,
+        part, answer, expected, rel=None, factor=3.0, fraction=True,
         high=f"at the peak its {nbytes / 1024:g} KiB would take {at_peak_us:.2g} µs, but every "
              "launch has a fixed cost of microseconds (start the programs, wait for the last), "
              "whatever its size",
