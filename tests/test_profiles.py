@@ -33,32 +33,35 @@ def test_the_naive_softmax_launches_five_ops_whose_bytes_the_napkin_math_counts(
     from helpers.kernels import softmax as sk
 
     x = torch.randn(8, 256, dtype=torch.float16)
-    per_launch = experiment._launch_bytes(sk.naive_softmax, x)
-    assert len(per_launch) == 5
-    assert sum(per_launch) == intensity.softmax(8, 256, torch.float16, "naive").nbytes
+    launches = experiment._launches(sk.naive_softmax, x)
+    assert [op for op, _ in launches] == ["aten.amax", "aten.sub", "aten.exp", "aten.sum",
+                                          "aten.div"]
+    assert sum(b for _, b in launches) == intensity.softmax(8, 256, torch.float16, "naive").nbytes
 
 
 def test_kernel_rows_match_each_launch_to_its_bytes_and_share():
     # Two calls, each launching a, b, a: a twice per call (100 and 300 bytes), b once.
     totals = {"a": (4, 40.0), "b": (2, 20.0)}
     order = ["a", "b", "a", "a", "b", "a"]
-    got = experiment.kernel_rows(totals, order, [100, 200, 300], calls=2)
+    got = experiment.kernel_rows(totals, order, [("x", 100), ("y", 200), ("z", 300)], calls=2)
     assert got["total_us"] == 30.0
     a, b = got["kernels"]
     assert (a["name"], a["calls_per_op"], a["us_per_call"]) == ("a", 2.0, 10.0)
     assert a["share"] == pytest.approx(2 / 3) and b["share"] == pytest.approx(1 / 3)
     assert a["bytes"] == 200 and b["bytes"] == 200          # a: the mean of 100 and 300
+    assert a["op"] == "x, z" and b["op"] == "y"
     assert b["gbps"] == pytest.approx(200 / 10e-6 / 1e9)
 
 
 def test_kernel_rows_leave_the_bytes_unknown_when_the_launches_do_not_match():
-    got = experiment.kernel_rows({"k": (6, 60.0)}, ["k"] * 6, [100, 200], calls=2)
-    assert got["kernels"][0]["bytes"] is None and got["kernels"][0]["gbps"] is None
+    got = experiment.kernel_rows({"k": (6, 60.0)}, ["k"] * 6, [("a", 100), ("b", 200)], calls=2)
+    k = got["kernels"][0]
+    assert k["bytes"] is None and k["gbps"] is None and k["op"] is None
 
 
 def test_kernel_rows_trim_long_kernel_names():
     name = "void at::native::reduce_kernel<512, 1, " + "x" * 200
-    got = experiment.kernel_rows({name: (1, 5.0)}, [name], [10], calls=1)
+    got = experiment.kernel_rows({name: (1, 5.0)}, [name], [("op", 10)], calls=1)
     assert len(got["kernels"][0]["name"]) == experiment.NAME_CHARS
 
 
@@ -81,6 +84,17 @@ def test_kernel_table_lists_each_kernel_then_the_total():
     assert "reduce_kernel" in lines[4] and "53.3%" in lines[4] and "839" in lines[4]
     assert lines[5].rstrip().endswith("-"), "unknown bandwidth prints as -"
     assert lines[6].startswith("total per call") and "150.0" in lines[6]
+
+
+def test_kernel_table_shows_what_each_kernel_computes_when_the_record_says():
+    import copy
+
+    rec = copy.deepcopy(SYNTHETIC)
+    rec["ops"]["softmax naive"]["kernels"][0]["op"] = "aten.amax, aten.sum"
+    rec["ops"]["softmax naive"]["kernels"][1]["op"] = None
+    lines = plots.kernel_table(rec, "softmax naive").splitlines()
+    assert lines[2].split()[:3] == ["kernel", "op", "calls"]
+    assert "aten.amax, aten.sum" in lines[4] and " - " in lines[5]
 
 
 def test_kernel_table_names_the_ops_it_has():

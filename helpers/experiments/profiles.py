@@ -14,9 +14,10 @@ test the lessons' attributions against the GPU's own account:
 
 Each call is checked against its reference first (both modes), then warmed up and profiled
 ``calls`` times (GPU only). Per kernel the record keeps its device time per call, its share
-of the op's, and the bytes it must move by the napkin math: for an aten kernel the sizes of
-the tensors its op reads and writes (:func:`helpers.launches.trace`), for the course's own
-kernels the count their docstrings give. Bytes over time is the bandwidth that kernel used.
+of the op's, what it computes (``op``: its aten op, or the step of a course kernel) and the
+bytes it must move by the napkin math: for an aten kernel the sizes of the tensors its op
+reads and writes (:func:`helpers.launches.trace`), for the course's own kernels the count
+their docstrings give. Bytes over time is the bandwidth that kernel used.
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ SMOKE = dict(softmax_shape=(8, 256), chain_shape=(16, 96), calls=2)
 # --------------------------------------------------------------------------------------
 
 
-def _launch_bytes(fn, x) -> list[int]:
-    """Bytes each aten op of ``fn(x)`` reads and writes, in launch order (one kernel each)."""
-    return [k.read + k.written for k in trace(fn, x)]
+def _launches(fn, x) -> list[tuple[str, int]]:
+    """(aten op, bytes it reads and writes) of each op of ``fn(x)``, in launch order (one
+    kernel each)."""
+    return [(k.op, k.read + k.written) for k in trace(fn, x)]
 
 
 def _ops(softmax_shape, chain_shape, dev) -> dict:
@@ -73,27 +75,29 @@ def _ops(softmax_shape, chain_shape, dev) -> dict:
         "softmax naive": dict(
             description="lesson 05: softmax as five PyTorch ops (amax, sub, exp, sum, div)",
             fn=lambda: sk.naive_softmax(x), want=want_softmax, tol=loose, shape=softmax_shape,
-            dtype=SOFTMAX_DTYPE, bytes=_launch_bytes(sk.naive_softmax, x)),
+            dtype=SOFTMAX_DTYPE, launches=_launches(sk.naive_softmax, x)),
         "softmax torch": dict(
             description="lesson 05: torch.softmax, PyTorch's one softmax kernel",
             fn=lambda: torch.softmax(x, dim=-1), want=want_softmax, tol=s_tol,
             shape=softmax_shape, dtype=SOFTMAX_DTYPE,
-            bytes=_launch_bytes(lambda t: torch.softmax(t, dim=-1), x)),
+            launches=_launches(lambda t: torch.softmax(t, dim=-1), x)),
         "softmax fused": dict(
             description="lesson 05: the course's fused Triton softmax (row in registers)",
             fn=lambda: sk.softmax(x), want=want_softmax, tol=s_tol, shape=softmax_shape,
-            dtype=SOFTMAX_DTYPE, bytes=[fused]),
+            dtype=SOFTMAX_DTYPE, launches=[("softmax", fused)]),
         "elementwise chain unfused": dict(
             description="lesson 01: gelu(x + bias) as two Triton kernels (bias_add, gelu)",
             fn=lambda: mw.bias_gelu_unfused(m, bias, tmp=tmp, out=out), want=want_chain,
             tol=c_tol, shape=chain_shape, dtype=CHAIN_DTYPE,
             # bias_add reads x and the bias, writes t; gelu reads t, writes y
-            bytes=[(2 * rows * cols + cols) * es, 2 * rows * cols * es]),
+            launches=[("x + bias", (2 * rows * cols + cols) * es),
+                      ("gelu", 2 * rows * cols * es)]),
         "elementwise chain fused": dict(
             description="lesson 01: gelu(x + bias) as one fused Triton kernel",
             fn=lambda: mw.bias_gelu_fused(m, bias, out=out), want=want_chain, tol=c_tol,
             shape=chain_shape, dtype=CHAIN_DTYPE,
-            bytes=[intensity.bias_gelu(rows, cols, cdt, version="fused").nbytes]),
+            launches=[("gelu(x + bias)",
+                       intensity.bias_gelu(rows, cols, cdt, version="fused").nbytes)]),
     }
 
 
@@ -128,29 +132,33 @@ def short_name(name: str, taken=()) -> str:
     return short
 
 
-def kernel_rows(totals: dict[str, tuple[int, float]], order: list[str], launch_bytes: list[int],
-                calls: int) -> dict:
+def kernel_rows(totals: dict[str, tuple[int, float]], order: list[str],
+                launches: list[tuple[str, int]], calls: int) -> dict:
     """The record's entry for one op.
 
     ``totals``: kernel name -> (launches, device µs summed over all ``calls``), as
     ``key_averages()`` gives them; ``order``: the kernel names of every launch in time order;
-    ``launch_bytes``: the napkin bytes of one call's launches, in order. The i-th launch of a
-    call moves ``launch_bytes[i]`` when a call launched exactly that many kernels; otherwise
-    the bytes are unknown (``None``).
+    ``launches``: what each launch of one call computes (its aten op, or the step of a
+    course kernel) and the napkin bytes it moves, in order. The i-th launch of a call is
+    ``launches[i]`` when a call launched exactly that many kernels; otherwise what it does
+    and its bytes are unknown (``None``).
     """
     total = sum(us for _, us in totals.values()) / calls
     per_call = len(order) // calls if calls else 0
-    known = per_call == len(launch_bytes) and len(order) == per_call * calls
+    known = per_call == len(launches) and len(order) == per_call * calls
     moved: dict[str, list[int]] = {}
+    does: dict[str, list[str]] = {}
     if known:
-        for name, nbytes in zip(order[:per_call], launch_bytes):
+        for name, (what, nbytes) in zip(order[:per_call], launches):
             moved.setdefault(name, []).append(nbytes)
+            does.setdefault(name, []).append(what)
     rows = []
     for name, (count, us) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
         us_call = us / count
         b = moved.get(name)
         nbytes = int(sum(b) / len(b)) if b else None
         rows.append({"name": short_name(name, [r["name"] for r in rows]),
+                     "op": ", ".join(does[name]) if name in does else None,
                      "calls_per_op": count / calls,
                      "us_per_call": us_call, "share": (us / calls) / total if total else 0.0,
                      "bytes": nbytes,
@@ -207,6 +215,6 @@ def profiles(softmax_shape=SOFTMAX_SHAPE, chain_shape=FUSION_SHAPE, calls: int =
         totals, order = _profile(op["fn"], calls)
         out[name] = {"description": op["description"], "shape": list(op["shape"]),
                      "dtype": dtype_key(torch_dtype(op["dtype"])), "calls_profiled": calls,
-                     **kernel_rows(totals, order, op["bytes"], calls)}
+                     **kernel_rows(totals, order, op["launches"], calls)}
     return {"ops": out, "profiler": {"torch": torch.__version__},
             "seconds": round(time.perf_counter() - start, 1)}
