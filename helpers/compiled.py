@@ -34,7 +34,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 # Per compute capability, from the CUDA C++ Programming Guide, "Technical Specifications
 # per Compute Capability" (https://docs.nvidia.com/cuda/cuda-c-programming-guide/):
@@ -110,10 +110,10 @@ class Occupancy:
 
     @property
     def limited_by(self) -> str:
-        """The binding limit: registers, shared memory, warps or blocks (first if tied)."""
+        """The binding limit: registers, shared memory, warps or blocks (all that tie)."""
         named = {"registers": self.by_registers, "shared memory": self.by_shared,
                  "warps": self.by_warps, "blocks": self.by_blocks}
-        return min(named, key=named.get)
+        return " and ".join(k for k, v in named.items() if v == self.programs_per_sm)
 
 
 def limits(capability: int) -> dict:
@@ -284,6 +284,28 @@ def resources(kernel, *, signature: dict, constexprs: dict, num_warps: int = 4,
         _cache[key] = Resources(kernel=name, capability=int(capability), num_warps=int(num_warps),
                                 num_stages=int(num_stages), **got)
     return _cache[key]
+
+
+def matmul_resources(kernel, config: dict, *, constexprs: dict | None = None, n: int = 4096,
+                     dtype: str = "fp16", capability: int = 90) -> Resources:
+    """A matmul kernel compiled as a launch on contiguous ``n x n`` matrices would be.
+
+    The kernel takes, before its constexprs, the pointers of A, B and C, then M, N, K and
+    the strides of A, B and C (the course's signature): the strides of 1 become constants
+    and the others multiples of 16, as a launch specializes them. ``config`` holds the
+    constexprs (``BLOCK_M``, ...) and ``num_warps``, ``num_stages``; ``constexprs`` any
+    others the kernel takes (``GROUP_M``).
+    """
+    fn = _python_function(kernel)
+    params = [p for p, v in inspect.signature(fn).parameters.items()
+              if "constexpr" not in str(v.annotation)]
+    signature = {p: f"*{dtype}" for p in params[:3]}
+    ints = [n] * 3 + [n, 1] * 3 if len(params) == 12 else ["i32"] * (len(params) - 3)
+    signature.update(zip(params[3:], ints))
+    options = {k: v for k, v in config.items() if k in ("num_warps", "num_stages")}
+    consts = {**(constexprs or {}), **{k: v for k, v in config.items() if k not in options}}
+    return resources(kernel, signature=signature, constexprs=consts, capability=capability,
+                     **options)
 
 
 def _compile_elsewhere(job: dict) -> dict:

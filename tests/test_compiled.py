@@ -79,6 +79,14 @@ def test_a_kernel_that_does_not_compile_comes_back_with_the_compilers_words():
     assert not r.ok and "power of 2" in r.error
 
 
+def test_a_matmul_launch_is_specialized_as_on_a_gpu():
+    # The same compile as test_shared_memory_... through the course's matmul signature.
+    r = compiled.matmul_resources(ml.matmul_kernel_v3, dict(BLOCK_M=128, BLOCK_N=128,
+                                  BLOCK_K=64, num_stages=3, num_warps=4),
+                                  constexprs=dict(GROUP_M=8, PRECISION="ieee"), n=N)
+    assert r is v3(128, 128, 64, 3, 4)
+
+
 def made_up(regs, shared, warps):
     return compiled.Resources("k", 90, warps, 3, shared_bytes=shared, registers_per_thread=regs,
                               spilled_bytes=0)
@@ -90,6 +98,7 @@ def made_up(regs, shared, warps):
     (16, 1024, 4, 16, "warps"),                    # 64 warps // 4 (registers: 32)
     (16, 1024, 1, 32, "blocks"),                   # 64 warps would allow 64: 32 blocks
     (168, 100 * 1024, 4, 2, "shared memory"),     # registers: 65536 // 21504 = 3
+    (213, 192 * 1024, 8, 1, "registers and shared memory"),   # a tie names both
 ])
 def test_occupancy_is_the_least_of_the_limits(regs, shared, warps, per_sm, limit):
     occ = compiled.occupancy(made_up(regs, shared, warps), H100)

@@ -1,8 +1,9 @@
-"""Assignment 04 (a tiled matmul), graded end to end.
+"""Assignment 04 (a tiled matmul designed for the H100), graded end to end.
 
 The solution scores full marks, the blank assignment zero (every part "not implemented"),
 and each planted mistake, the solution with one slip a learner makes (a missing K mask, a
-wrong K stride, an fp16 accumulator, torch.matmul instead of a kernel, ...), loses exactly
+wrong K stride, an fp16 accumulator, torch.matmul instead of a kernel, an H100 choice that
+overflows shared memory or spills registers, ...), loses exactly
 the points of the parts it breaks, with a message that names the slip. The plants are made
 from solutions/04_tiling.ipynb here, so they follow it when it changes (a replacement that
 no longer applies fails loudly). All are graded in CPU mode by the grader's own code, in
@@ -42,6 +43,7 @@ LOAD_A = "a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K 
 LOAD_B = "b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k) & (offs_n[None, :] < N), other=0.0)"
 LAUNCH = ("matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), "
           "b.stride(1),")
+CONFIG = "H100_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4, num_warps=8)"
 
 # name -> (how to plant it, {part: words its message must contain}, parts whose outcome
 # depends on the machine); every other part must keep its full points.
@@ -75,11 +77,12 @@ PLANTS = {
     "torch_matmul": (
         _edit([(LAUNCH, "return torch.matmul(a, b)\n    " + LAUNCH)]),
         {"2a": "launched no Triton kernel", "2b": "launched no Triton kernel",
-         "2c": "no kernel of yours ran", "2d": "launched no Triton kernel"}, ()),
+         "2c": "no kernel of yours ran", "2d": "launched no Triton kernel",
+         "3c": "the kernel matmul launches", "3d": "the kernel matmul launches"}, ()),
     "syntax_error_in_kernel": (
         _edit([("offs_k = tl.arange(0, BLOCK_K)\n", "offs_k = tl.arange(0, BLOCK_K))\n")]),
-        {"2a": "SyntaxError", "2b": "SyntaxError", "2c": "SyntaxError", "2d": "SyntaxError"},
-        ()),
+        {"2a": "SyntaxError", "2b": "SyntaxError", "2c": "SyntaxError", "2d": "SyntaxError",
+         "3c": "SyntaxError", "3d": "SyntaxError"}, ()),
     # Right everywhere but on a single row, where it hands the product to torch.
     "torch_for_a_single_row": (
         _edit([("    M, K = a.shape\n    N = b.shape[1]\n",
@@ -93,7 +96,23 @@ PLANTS = {
                ("    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),\n"
                 "             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))\n", "")]),
         {"2a": "never stored by your kernel", "2b": "never stored by your kernel",
-         "2c": "did not compute the output", "2d": "never stored by your kernel"}, ()),
+         "2c": "did not compute the output", "2d": "never stored by your kernel",
+         "3b": "the compiled kernel asks for"}, ()),
+    # Part 3, the H100 design, graded on the kernel compiled for sm_90.
+    "overflowing_config": (
+        _edit([(CONFIG, CONFIG.replace("num_stages=4", "num_stages=5"))]),
+        {"3c": "out of resource: shared memory"}, ()),
+    "spilling_config": (
+        _edit([(CONFIG, CONFIG.replace("num_warps=8", "num_warps=4"))]),
+        {"3d": "spilled to local memory"}, ()),
+    "sram_without_stages": (
+        _edit([("h100_sram_bytes = H100_CONFIG[\"num_stages\"] * h100_step_bytes",
+                "h100_sram_bytes = h100_step_bytes")]),
+        {"3b": "one stage"}, ()),
+    "intensity_off_by_2x": (
+        _edit([("h100_intensity = 2 * bm * bn * bk / h100_step_bytes",
+                "h100_intensity = bm * bn * bk / h100_step_bytes")]),
+        {"3a": "one FLOP per multiply-add"}, ()),
 }
 
 
@@ -119,7 +138,7 @@ def test_a_planted_mistake_loses_exactly_its_points(graded, name):
 
 def test_the_assignment_is_registered_and_its_answers_come_from_the_napkin_math():
     assert registry.MODULES["04_tiling"] == "helpers.grading.assignments.tiling"
-    assert SPEC.max_points == 15 and CPU_MAX == 12
+    assert SPEC.max_points == 22 and CPU_MAX == 18
     k = keys_tiling
     assert k.INTENSITY == pytest.approx(intensity.tile_intensity(64, 128, 32, torch.bfloat16))
     assert k.SRAM == 5 * (64 * 32 + 32 * 128) * 2

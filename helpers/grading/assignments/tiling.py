@@ -1,10 +1,10 @@
-"""Assignment 04, a tiled matmul: its graded parts and the ``check_*`` calls of the notebook.
+"""Assignment 04, a tiled matmul designed for the H100: its graded parts and ``check_*`` calls.
 
-Every expected value comes from the course's napkin math (:mod:`keys_tiling`, from
-:mod:`helpers.intensity`) and the reference product (:mod:`helpers.kernels.matmul`); none
-is typed in.
+Every expected value comes from the course's napkin math (:mod:`keys_tiling` and
+:mod:`helpers.intensity`), the reference product (:mod:`helpers.kernels.matmul`) and the
+learner's kernel compiled for the H100 (:mod:`helpers.compiled`); none is typed in.
 
-Parts (15 points; 12 graded in CPU mode, the last 3 on a GPU):
+Parts (22 points; 18 graded in CPU mode, the last 4 on a GPU):
 
 =====  ==========================================================  ======
 1a-1b  napkin math for one tile: intensity, SRAM with 5 stages        2
@@ -13,11 +13,18 @@ Parts (15 points; 12 graded in CPU mode, the last 3 on a GPU):
 2b     ... on transposed and sliced inputs (strides)                  2
 2c     its kernel never reads or writes outside A, B and C            2
 2d     it accumulates in fp32 (errors in units of the last place)     2
-3      >= 70 % of torch.matmul (cuBLAS) at 4096^3 fp16 (GPU)          3
+3a-3b  the learner's H100 tile (``H100_CONFIG``): its intensity and   2
+       SRAM per program, the SRAM also against the compiled kernel
+3c     the kernel ``matmul`` launches, compiled for sm_90 with that    2
+       choice, fits one program's shared memory (227 KiB)
+3d     ... its registers do not spill and a program fits an SM        2
+4      >= 85 % of torch.matmul (cuBLAS) at a large fp16 shape (GPU)   4
 =====  ==========================================================  ======
 
 The kernel is tested with the learner's own block sizes (read from the launch): the shapes
 are chosen around them, so that there are partial tiles on every edge whatever the blocks.
+Part 3 needs no GPU: Triton compiles for the H100 on any machine, and the compiled kernel
+says how much shared memory and how many registers a program takes.
 """
 
 from __future__ import annotations
@@ -26,17 +33,15 @@ import math
 
 import torch
 
-from ... import intensity, runtime
-from ...feedback import Feedback, graded_number, not_implemented, target
+from ... import runtime
+from ...feedback import Feedback, graded_number, not_implemented
 from ...kernels import matmul as mm
 from .. import answers, harness
-from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, check_function
+from .tiling_design import (collect_fit, collect_speed, design_intensity, design_sram, fits,
+                            registers, speed)
 
 FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
-
-# The answers: formulas in keys_tiling (instructor), sealed in a student release.
-KEY = answers.load_key("04_tiling", "helpers.grading.assignments.keys_tiling")
 
 # Part 2.
 DTYPES = (FP16, FP32)
@@ -47,14 +52,11 @@ ACC_ULP_LIMIT = 1.0          # fp32 accumulation stays within ~0.5 ulp of the ex
 WRONG_ULP = 64.0             # beyond this the kernel is wrong, not imprecise
 DEFAULT_BLOCK = 32           # if the launch says nothing about the blocks
 
-# Part 3.
-SPEED_N = 4096
-SPEED_GOAL = 0.70
-
-
-# ------------------------------------------------------------------------------------
 # Part 1: napkin math for one tile.
-# ------------------------------------------------------------------------------------
+
+
+# The answers: formulas in keys_tiling (instructor), sealed in a student release.
+KEY = answers.load_key("04_tiling", "helpers.grading.assignments.keys_tiling")
 
 
 def _intensity(ns):
@@ -70,9 +72,7 @@ def _sram(ns):
         hint="stages x (BLOCK_M x BLOCK_K + BLOCK_K x BLOCK_N) x 2 bytes.")
 
 
-# ------------------------------------------------------------------------------------
 # Part 2: the kernel and its launcher.
-# ------------------------------------------------------------------------------------
 
 
 def _blocks(constexprs: dict) -> tuple[int, int, int] | None:
@@ -180,13 +180,8 @@ class Matmul(harness.KernelTask):
                 f"{' and '.join(dtypes)}")
 
     def unwatchable(self) -> str | None:
-        """Why this GPU machine cannot watch the kernel's loads and stores, or ``None``.
-
-        The watch runs the kernel in Triton's interpreter. Triton < 3.7's interpreter stops
-        on any kernel with a loop under NumPy >= 2.4 (see
-        :func:`helpers.runtime.check_versions`); the course's pinned versions do not have
-        that problem, a hand-made environment may.
-        """
+        """Why this GPU machine cannot watch the kernel's loads and stores (the watch runs
+        it interpreted: Triton < 3.7's interpreter stops on loops under NumPy >= 2.4)."""
         if not runtime.is_gpu():
             return None
         import numpy
@@ -318,65 +313,13 @@ def _fp32_accumulation(raw):
                     f"K={t.case.params['shape'][2]} (fp32 accumulation, one rounding)")
 
 
-# ------------------------------------------------------------------------------------
-# Part 3 (GPU): speed at 4096^3 fp16, side by side with torch.matmul.
-# ------------------------------------------------------------------------------------
-
-
-# Random inputs at n = 4096 give |C| up to about 350: a correct fp16 kernel lands a few
-# fp16 steps (0.25 each up there) from torch.matmul's differently ordered sum.
-SPEED_ATOL, SPEED_RTOL = 0.5, 0.02
-
-
-def measure_speed(fn, n: int = SPEED_N, dtype=FP16) -> dict:
-    """Time ``fn`` and ``torch.matmul`` on the same random n x n inputs (GPU)."""
-    from ... import bench
-
-    runtime.require_gpu("timing a matmul")
-    g = harness.generator(900)
-    a = torch.randn(n, n, generator=g).to(dtype).to("cuda")
-    b = torch.randn(n, n, generator=g).to(dtype).to("cuda")
-    with gpu_lock():
-        c, want = fn(a, b).float(), torch.matmul(a, b).float()
-        ok = torch.allclose(c, want, atol=SPEED_ATOL, rtol=SPEED_RTOL)
-        err = (c - want).abs().max().item()
-        yours = bench.time_ms(lambda: fn(a, b))
-        cublas = bench.time_ms(lambda: torch.matmul(a, b))
-    flops = intensity.matmul(n, n, n, dtype).flops
-    return {"ok": ok, "max_abs_error": err, "yours_ms": yours, "cublas_ms": cublas,
-            "ratio": cublas / yours,
-            "yours_tflops": bench.tflops(flops, yours),
-            "cublas_tflops": bench.tflops(flops, cublas),
-            "gpu": torch.cuda.get_device_name()}
-
-
-def _collect_speed(ns, seed):
-    """In the learner's process: time ``matmul`` beside torch.matmul (GPU)."""
-    return measure_speed(answer(ns, "matmul"))
-
-
-def _speed(raw):
-    part = f"3 speed at {SPEED_N}^3 fp16"
-    if not raw.get("ok"):
-        return Feedback(part, False, f"matmul is wrong at {SPEED_N}^3 fp16 on the GPU: up to "
-                        f"{raw.get('max_abs_error', float('nan')):.3g} from torch.matmul "
-                        f"(allowed: {SPEED_ATOL} + {SPEED_RTOL:.0%} of the value)")
-    ratio = float(raw["ratio"])
-    text = (f"on {raw.get('gpu')}: yours {raw['yours_tflops']:,.0f} TFLOP/s, torch.matmul "
-            f"{raw['cublas_tflops']:,.0f}: {ratio:.2f}x (the goal is {SPEED_GOAL:.0%})")
-    return target(part, ratio >= SPEED_GOAL, text,
-                  "Large tiles (128 x 128 or 128 x 256, BLOCK_K 64), num_warps=8 and "
-                  "num_stages=3 or 4 get there on an H100; lesson 04's knob table shows each "
-                  "effect")
-
-
-# ------------------------------------------------------------------------------------
 # The assignment, and the calls the notebook makes.
-# ------------------------------------------------------------------------------------
+
+_FIT_NAMES = ("H100_CONFIG", "matmul", "h100_intensity", "h100_sram_bytes")
 
 ASSIGNMENT = Assignment(
     name="04_tiling",
-    title="A tiled matmul",
+    title="A tiled matmul designed for the H100",
     parts=(
         Part("1a", "tile intensity", 1, _intensity, ("tile_intensity",)),
         Part("1b", "SRAM per program", 1, _sram, ("tile_sram_bytes",)),
@@ -388,8 +331,16 @@ ASSIGNMENT = Assignment(
              collect=_collect_kernel),
         Part("2d", "accumulates in fp32", 2, _fp32_accumulation, ("matmul",), group="kernel",
              collect=_collect_kernel),
-        Part("3", f"speed at {SPEED_N}^3 fp16", 3, _speed, ("matmul",), gpu=True,
-             collect=_collect_speed, after="kernel"),
+        Part("3a", "intensity of your H100 tile", 1, design_intensity, _FIT_NAMES,
+             group="fit", collect=collect_fit),
+        Part("3b", "SRAM per program of your H100 tile", 1, design_sram, _FIT_NAMES,
+             group="fit", collect=collect_fit),
+        Part("3c", "fits the H100's shared memory", 2, fits, _FIT_NAMES, group="fit",
+             collect=collect_fit),
+        Part("3d", "registers without spills", 2, registers, _FIT_NAMES, group="fit",
+             collect=collect_fit),
+        Part("4", "speed at a large fp16 shape", 4, speed, ("matmul",), gpu=True,
+             collect=collect_speed, after="kernel"),
     ),
 )
 
@@ -399,5 +350,8 @@ check_napkin_math = check_function(ASSIGNMENT, ("1a", "1b"),
 check_kernel = check_function(ASSIGNMENT, ("2a", "2b", "2c", "2d"),
     "Part 2: ``matmul`` on awkward shapes, strided inputs, bounds and fp32 accumulation.")
 
-check_speed = check_function(ASSIGNMENT, ("3",),
-    "Part 3: speed against torch.matmul at 4096^3 fp16 (GPU mode; pending on a CPU).")
+check_fit = check_function(ASSIGNMENT, ("3a", "3b", "3c", "3d"),
+    "Part 3: ``H100_CONFIG``, your numbers for it, and your kernel compiled for the H100.")
+
+check_speed = check_function(ASSIGNMENT, ("4",),
+    "Part 4: speed against torch.matmul at a large fp16 shape (GPU mode; pending on a CPU).")
