@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import helpers  # noqa: F401 - CPU mode first, as in the notebooks
-from helpers import compiled, hardware, intensity
+from helpers import compiled, hardware, intensity, records
 from helpers.kernels import matmul_ladder as ml
 
 H100 = hardware.GPUS["H100-SXM"]
@@ -103,3 +103,19 @@ def made_up(regs, shared, warps):
 def test_occupancy_is_the_least_of_the_limits(regs, shared, warps, per_sm, limit):
     occ = compiled.occupancy(made_up(regs, shared, warps), H100)
     assert occ.programs_per_sm == per_sm and occ.limited_by == limit, occ
+
+
+def test_the_compile_without_a_gpu_agrees_with_the_h100_record():
+    # The tiling record's knob sweep launched v3 on an H100 (Triton 3.6) and kept what the
+    # compiler made of each setting: the same shared memory, the same settings that do not
+    # fit and the same that spill; registers within 15 % (its Triton, 3.6, is not ours).
+    rec = records.load("tiling", "H100-SXM")
+    for row in [r for r in rec.results["knobs"] if not r.get("cublas")]:
+        config = {k: row[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")}
+        ours = compiled.matmul_resources(ml.matmul_kernel_v3, config, n=row["n"],
+                                         constexprs=dict(GROUP_M=8, PRECISION="tf32"))
+        assert ours.ok == ("error" not in row), (config, ours.error, row.get("error"))
+        assert ours.shared_bytes == row.get("shared_bytes", row["sram_model"]), config
+        if ours.ok:
+            assert ours.spills == (row["spills"] > 0), (config, ours, row)
+            assert abs(ours.registers_per_thread - row["registers"]) <= 0.15 * row["registers"]
