@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers.grading import grader, registry
+from helpers.grading import answers, grader, registry
+from helpers.grading.assignments import keys_vector_add
 
 from planting import assert_loses_exactly, edit, write_plants  # tests/planting.py
 
@@ -31,8 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "03_vector_add_intensity.ipynb"
 ASSIGNMENT = REPO / "assignments" / "03_vector_add_intensity.ipynb"
 SPEC = registry.get("03_vector_add_intensity")
-CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
 POINTS = {p.key: p.points for p in SPEC.parts}
+GPU_PARTS = {p.key for p in SPEC.parts if p.gpu}
+CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
 
 
 _edit = edit
@@ -137,6 +139,25 @@ PLANTS = {
                ("    tl.store(c_ptr + offsets, a + b, mask=mask)\n",
                 "    tl.store(c_ptr + offsets, a, mask=mask)\n")]),
         {"3a": "never read A, B", "3b": "did not compute the output"}),
+    # Part 5, the fused kernel: each slip loses its own part only.
+    "fused_no_mask": (
+        _edit([("tl.load(g_ptr + offsets, mask=mask)", "tl.load(g_ptr + offsets)"),
+               ("tl.load(w_ptr + offsets, mask=mask)", "tl.load(w_ptr + offsets)"),
+               ("w + alpha * g, mask=mask)", "w + alpha * g)")]),
+        {"5d": "past the end"}),
+    "fused_intensity_forgets_the_write": (
+        _edit([("update_intensity = 2 * N / update_bytes", "update_intensity = 2 * N / (N * (2 + 4))")]),
+        {"5b": "forget the write"}),
+    "prediction_in_bits": (
+        _edit([("bytes_at_pred = update_bytes / N * PRED_N", "bytes_at_pred = 8 * update_bytes / N * PRED_N")]),
+        {"5e": "bits, not bytes"}),
+    "prediction_without_the_launch_floor": (
+        _edit([("bandwidth_bytes_per_s * 1e6 + floor_us", "bandwidth_bytes_per_s * 1e6")]),
+        {"5e": "launch floor"}),
+    "fused_update_by_torch": (
+        _edit([("update_kernel[(triton.cdiv(n, BLOCK_SIZE),)](w, g, out, ALPHA, n, BLOCK_SIZE=BLOCK_SIZE)\n"
+                "    return out", "return w + ALPHA * g.float()")]),
+        {"5c": "launched no Triton kernel", "5d": "launched no Triton kernel"}),
 }
 
 # Loopers are graded with short time limits, on their own.
@@ -200,7 +221,8 @@ def test_the_solution_scores_full_marks(graded):
     report = graded["reports"]["solution"]
     assert report["score"] == report["max_score"] == CPU_MAX, json.dumps(report, indent=1)
     statuses = {p["key"]: p["status"] for p in report["parts"]}
-    assert statuses["4"] == "needs a GPU" and report["pending_gpu_points"] == POINTS["4"]
+    assert {k for k, s in statuses.items() if s == "needs a GPU"} == GPU_PARTS
+    assert report["pending_gpu_points"] == sum(POINTS[k] for k in GPU_PARTS)
     assert report["cells"] == [], "the solution notebook should run without errors"
 
 
@@ -209,7 +231,7 @@ def test_the_blank_assignment_scores_zero_and_says_not_implemented(graded):
     report = graded["reports"]["blank"]
     assert report["score"] == 0 and report["max_score"] == CPU_MAX
     for part in report["parts"]:
-        expected = "needs a GPU" if part["key"] == "4" else "not implemented"
+        expected = "needs a GPU" if part["key"] in GPU_PARTS else "not implemented"
         assert part["status"] == expected, part
         assert expected in part["message"], part
 
@@ -247,7 +269,7 @@ def test_the_folder_becomes_a_gradebook(graded):
     by_student = {r["student"]: r for r in rows}
     assert set(by_student) == set(PLANTS) | {"solution", "blank", "corrupt"}
     assert by_student["solution"]["score"] == f"{CPU_MAX:g}"
-    assert by_student["solution"]["part 4"] == "GPU"
+    assert by_student["solution"]["part 4"] == by_student["solution"]["part 5f"] == "GPU"
     assert by_student["no_mask"]["part 3b"] == "0"
     assert by_student["no_mask"]["part 3a"] == f"{POINTS['3a']:g}"
     assert "SIGSEGV" in by_student["segfault_in_a_cell"]["notes"]
@@ -359,3 +381,47 @@ def test_checks_run_on_a_namespace_without_a_notebook():
     assert [f.status for f in blank] == ["not implemented"] * 5
     odd = checks.check_variants({"could_cross": "fma chain"})
     assert "expected a set" in odd[-1].message
+
+
+def test_the_recorded_time_is_read_from_the_records_schema():
+    results = {"axpy": [{"n": 2**20, "triton_ms": 0.009}, {"n": 2**22, "triton_ms": 0.0194}]}
+    assert keys_vector_add.recorded_update_us(results) == pytest.approx(19.4)
+    assert keys_vector_add.recorded_update_us({"sizes": []}) is None     # an older record
+
+
+def _judge_prediction(key, value):
+    from helpers.grading.assignments import vector_add as va
+
+    saved, va.KEY = va.KEY, key
+    try:
+        return SPEC.part("5e").judge({"update_predicted_us": value})
+    finally:
+        va.KEY = saved
+
+
+@pytest.mark.parametrize("recorded_us", [None, 19.4])
+def test_the_prediction_passes_the_model_and_names_each_slip(recorded_us):
+    """5e against the committed record (None) or a run in its schema: lesson 02's model
+    (bytes / table bandwidth + launch floor) passes; each slip fails with its name."""
+    from helpers.grading.assignments import vector_add as va
+
+    k = keys_vector_add
+    assert va.PRED_N == k.PRED_N
+    values = k.answer_key()
+    if recorded_us is not None:
+        values["5e"] = (recorded_us, k.PRED_TOLERANCE, [])
+    assert "5e" in values, "the committed vector_add record has no axpy run at PRED_N"
+    key = answers.exact_key(values)
+    floor, n, bw = k.launch_floor_us(), k.PRED_N, k.GPU.hbm_bandwidth_gbs * 1e9
+    per_element = k.UPDATE_BYTES / k.N
+    right = n * per_element / bw * 1e6 + floor
+    assert _judge_prediction(key, right), _judge_prediction(key, right)
+    slips = {"bits, not bytes": 8 * n * per_element / bw * 1e6 + floor,
+             "forget the write": n * (per_element - 4) / bw * 1e6 + floor,
+             "launch floor": n * per_element / bw * 1e6,
+             "off by 2x": 2 * right,
+             "milliseconds": right / 1e3}
+    for words, value in slips.items():
+        fb = _judge_prediction(key, value)
+        assert not fb and words in fb.message, (words, fb)
+        assert f"{values['5e'][0]:.4g}" not in fb.message and f"{right:.4g}" not in fb.message
