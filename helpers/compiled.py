@@ -82,7 +82,10 @@ class Resources:
 
     @property
     def spills(self) -> bool:
-        return bool(self.spilled_bytes)
+        """Spill stores if ptxas said, else a stack frame (where spills live) at all."""
+        if self.spilled_bytes is not None:
+            return self.spilled_bytes > 0
+        return bool(self.stack_bytes)
 
     def lines(self) -> list[str]:
         head = f"{self.kernel} on sm_{self.capability}, {self.num_warps} warps, " \
@@ -372,8 +375,9 @@ def _work(job: dict, folder: str) -> dict:
     spec.loader.exec_module(module)
     fn = getattr(module, job["kernel"])
     attrs = {(i,): [["tt.divisibility", 16]] for i in job["aligned"]}
-    source = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"],
-                       attrs=attrs)
+    names = list(job["signature"])           # constexprs by position: every Triton 3.x
+    constexprs = {(names.index(k),): v for k, v in job["constexprs"].items()}
+    source = ASTSource(fn=fn, signature=job["signature"], constexprs=constexprs, attrs=attrs)
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log):

@@ -179,9 +179,10 @@ def registers(raw):
         return Feedback(part, False, f"your kernel does not compile for sm_90: {found.error}")
     bm, bn, _, _ = _tile(raw)
     acc = bm * bn // (32 * found.num_warps)
-    if found.spills or found.spilled_bytes is None:
+    if found.spills:
+        spilled = "some" if found.spilled_bytes is None else f"{found.spilled_bytes:,}"
         return Feedback(part, False, f"{found.registers_per_thread} registers per thread and "
-                        f"{found.spilled_bytes or 'unknown'} bytes spilled to local memory: the "
+                        f"{spilled} bytes spilled to local memory: the "
                         f"fp32 accumulator alone takes {acc} registers per thread ({bm} x {bn} "
                         f"over {found.num_warps} warps of 32), of {compiled.MAX_REGISTERS_PER_THREAD}"
                         ". More warps or a smaller tile")
