@@ -14,6 +14,7 @@ import torch
 
 import helpers
 from helpers.kernels import matmul as mm
+from helpers.kernels import matmul_plan as plans
 from helpers.kernels import matmul_tuned as mt
 
 DEVICE = helpers.device()
@@ -61,11 +62,46 @@ def test_column_major_operands(majors):
 
 def test_rows_that_are_not_16_byte_aligned_are_padded_and_the_result_is_the_product():
     a, b = product(17, 77, 99, torch.float16)        # K = 99 and N = 77: odd row lengths
-    pad_a, n_padded = mt._needs_padding(a, b)
-    assert pad_a and n_padded == 80
-    assert_product(mt.matmul_tuned(a, b), a, b, "padded path")
+    pad_a, pad_b, n_padded = mt._needs_padding(a, b)
+    assert pad_a and pad_b and n_padded == 80
+    c = mt.matmul_tuned(a, b)
+    assert c.shape == (17, 77) and c.is_contiguous(), "C is returned as M x N, contiguous"
+    assert_product(c, a, b, "padded path")
     aligned_a, aligned_b = product(16, 80, 96, torch.float16)
-    assert mt._needs_padding(aligned_a, aligned_b) == (False, 80)
+    assert mt._needs_padding(aligned_a, aligned_b) == (False, False, 80)
+    # 192-byte rows start on 16 bytes but not on 128-byte lines.
+    assert mt._needs_padding(aligned_a, aligned_b, plans.LINE)[:2] == (True, True)
+
+
+@pytest.mark.parametrize("shape", [(17, 77, 99), (40, 64, 72), (1, 24, 40)])
+def test_the_whole_lines_layout_gives_the_product(shape):
+    """The candidate plan that copies A and B into rows of whole 128-byte lines: its C is
+    M x N and contiguous whatever the padding, and a second pair through its run()."""
+    a, b = product(*shape, torch.float16)
+    c, run, _ = mt._v6_plan(a, b, mt.CPU_CONFIG, plans.LINE, False)
+    assert c.shape == shape[:2] and c.is_contiguous()
+    assert_product(c, a, b, f"whole-lines layout {shape}")
+    a2, b2 = product(*shape, torch.float16)
+    assert_product(run(a2 + 1, b2), a2 + 1, b2, f"whole-lines plan run again {shape}")
+
+
+def test_row_padded_rows_start_on_the_boundary_asked_for():
+    x = torch.randn(5, 1000, dtype=torch.float16)
+    for row_bytes in (plans.VECTOR, plans.LINE):
+        y = plans.row_padded(x, 1000, row_bytes)
+        assert torch.equal(y, x) and plans.on_rows_of(y, row_bytes), row_bytes
+    assert not plans.on_rows_of(x, plans.LINE) and plans.on_rows_of(x, plans.VECTOR)
+
+
+def test_decisions_round_trip_through_tritons_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    decisions = plans.Decisions(salt="test")
+    key = "ab" * 32
+    assert decisions.get(key) is None
+    decision = {"kernel": "v6", "config": mt.CPU_CONFIG, "row_bytes": plans.LINE}
+    decisions.put(key, decision)
+    assert decisions.get(key) == decision
+    assert list(tmp_path.rglob(plans.Decisions.FILE)), "written under TRITON_CACHE_DIR"
 
 
 def test_split_k_counters_are_left_at_zero_and_the_sum_is_the_same_every_run():

@@ -5,7 +5,8 @@
   skinny, long K, off the tile grid), fp16: where the best setting sits, and how it moves.
 * **shapes**: :data:`SHAPES` (16 shapes: squares 1024-8192, M in {1, 16, 128} with large
   N and K, long K with small M and N, sizes off the tile grid), fp16 and bf16: the
-  tuned path (v6 and the persistent TMA kernel, each autotuned, the faster kept) against
+  tuned path (v6 and the persistent TMA kernel, each autotuned, on the operands as given
+  and copied into rows of whole 128-byte lines; the fastest whole plan kept) against
   ``torch.matmul`` (cuBLAS) and against lesson 04's single setting (:data:`FIXED`), each
   output checked before it is timed, and the kernel and setting that were kept.
 * **tuning_time**: the seconds the first call of each shape took here (search and
@@ -101,7 +102,9 @@ def _choice(a, b) -> dict:
     config = choice["config"]
     keys = {k: config.get(k, {"GROUP_M": 8, "SPLIT_K": 1}.get(k)) for k in mt.KEYS}
     options = {k: config[k] for k in ("FLATTEN", "SPLIT_EPILOGUE") if k in config}
-    return {"tuned_kernel": choice["kernel"], "tuned_config": keys, "tuned_options": options}
+    return {"tuned_kernel": choice["kernel"], "tuned_config": keys, "tuned_options": options,
+            "tuned_layout": choice.get("layout"),
+            "candidates_ms": choice.get("candidates_ms")}
 
 
 def shapes() -> tuple[list[dict], float]:

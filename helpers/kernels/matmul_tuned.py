@@ -10,13 +10,10 @@ settings:
   cuts the K loop into slices, each program writes an fp32 partial tile to a workspace,
   and the last slice of each tile to finish sums them and writes C. More programs for shapes with
   few output tiles, at the price of ``SPLIT_K`` partial tiles written and read back.
-* :data:`CONFIG_SPACE`: tile shapes from 16 rows (one token, a decode step) to
-  256 x 128, warps, pipeline stages and split-K: the candidates.
-* :func:`prune` (Triton's ``early_config_prune``): before timing anything, drop what
-  cannot fit this GPU's shared memory or the registers, tiles far larger than the
-  problem, and split-K where there are tiles enough. What is left is timed.
-* :func:`shape_key`: shapes are bucketed to powers of two, so that a model's thousand
-  slightly different shapes need a few dozen tunings, not a thousand.
+* :data:`CONFIG_SPACE`, :func:`prune`, :func:`shape_key` (in :mod:`matmul_space`): the
+  candidate settings, what fits and is worth timing, shapes bucketed to powers of two.
+* :mod:`matmul_plan`: what a call does around the kernel (operands copied into rows of
+  whole 128-byte lines or not), timing whole plans, and keeping the winner on disk.
 * :func:`matmul_tuned`: ``@triton.autotune`` over the pruned space on a GPU. In CPU mode
   the autotuner cannot run (it needs a driver to time with): one small fixed setting,
   or the one passed in; :func:`try_space` runs any list of candidates once, to check
@@ -24,8 +21,6 @@ settings:
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import triton
@@ -35,36 +30,11 @@ from .. import runtime
 from ..dtypes import FLOAT_DTYPES
 from .checks import check_tensor
 from . import matmul_persistent as persistent
+from . import matmul_plan as plans
+from .matmul_space import (CONFIG_SPACE, H100_SHARED_MEMORY, KEYS,  # noqa: F401 (re-exported)
+                           MAX_ACCUMULATOR_REGISTERS, _config, accumulator_registers, bucket,
+                           fits, prune, shape_key, shared_memory_bytes, useful)
 from .matmul_ladder import grouped_tile
-
-KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages")
-
-# Shared memory a program may use on an H100 or H200 (227 KiB, the opt-in maximum); the
-# tuner asks the GPU itself when there is one.
-H100_SHARED_MEMORY = 232_448
-# fp32 accumulator registers a thread may spend: a thread has 255, and the loads, the
-# addresses and the pipeline need the rest.
-MAX_ACCUMULATOR_REGISTERS = 128
-
-
-def _config(bm, bn, bk, split_k, warps, stages, group_m=8) -> dict:
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
-                num_warps=warps, num_stages=stages)
-
-
-# The candidates. Big tiles for big problems (each loaded value reused 128-256 times);
-# 16-64 rows for skinny ones, where a 128-row tile would be mostly padding; deep K steps
-# and split-K for long, thin reductions.
-CONFIG_SPACE = (
-    [_config(bm, bn, 64, 1, w, s) for bm, bn, w, s in (
-        (128, 256, 8, 3), (128, 256, 8, 4), (256, 128, 8, 3), (256, 128, 8, 4),
-        (128, 128, 8, 4), (128, 128, 4, 4),
-        (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4))]
-    + [_config(bm, bn, bk, sk, w, s) for bm in (16, 32, 64) for bn, bk, w, s in (
-        (64, 128, 4, 4), (128, 128, 4, 4), (256, 64, 8, 4)) for sk in (1, 4)]
-    + [_config(64, 64, 128, sk, 4, 4) for sk in (2, 8)]
-)
-
 
 # --------------------------------------------------------------------------------------
 # The kernels.
@@ -72,12 +42,12 @@ CONFIG_SPACE = (
 
 
 @triton.jit
-def matmul_kernel_v6(a_ptr, b_ptr, c_ptr, ws_ptr, locks_ptr, M, N, K,
+def matmul_kernel_v6(a_ptr, b_ptr, c_ptr, ws_ptr, locks_ptr, M, N, K, N_C,
                      stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      M_BUCKET, N_BUCKET, K_BUCKET,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
-                     ALIGN_A: tl.constexpr, ALIGN_B: tl.constexpr):
+                     ALIGN_A: tl.constexpr, ALIGN_B: tl.constexpr, ALIGN_C: tl.constexpr):
     pid_m, pid_n = grouped_tile(tl.program_id(axis=0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
                                 GROUP_M)
     # Split-K: slice `pid_k` of the K axis, a whole number of BLOCK_K steps.
@@ -113,12 +83,14 @@ def matmul_kernel_v6(a_ptr, b_ptr, c_ptr, ws_ptr, locks_ptr, M, N, K,
         a = tl.load(a_ptrs, mask=ks[None, :] < k_stop - k_full, other=0.0)
         b = tl.load(b_ptrs, mask=ks[:, None] < k_stop - k_full, other=0.0)
         acc = tl.dot(a, b, acc)
+    # C has N_C columns: N itself, or fewer when the launcher padded B's rows (its extra
+    # columns only feed columns of C past N_C, which the mask drops). ALIGN_C as ALIGN_B.
     out_rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     out_cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_bound = N
-    if ALIGN_B > 1:                 # C's rows are N long too: 16-byte stores, not 2-byte ones
-        stride_cm = (stride_cm // ALIGN_B) * ALIGN_B
-        n_bound = (N // ALIGN_B) * ALIGN_B
+    n_bound = N_C
+    if ALIGN_C > 1:                 # 16-byte stores, not 2-byte ones
+        stride_cm = (stride_cm // ALIGN_C) * ALIGN_C
+        n_bound = (N_C // ALIGN_C) * ALIGN_C
     mask = (out_rows[:, None] < M) & (out_cols[None, :] < n_bound)
     c_ptrs = c_ptr + out_rows[:, None] * stride_cm + out_cols[None, :] * stride_cn
     if SPLIT_K == 1:
@@ -161,86 +133,17 @@ def align_b(args) -> int:
     return v if ok else 1
 
 
-_ALIGNMENT = {"ALIGN_A": align_a, "ALIGN_B": align_b}
+def align_c(args) -> int:
+    """ALIGN_C: C's rows start on 16-byte boundaries and N_C is a multiple of the vector."""
+    c, v = args["c_ptr"], _vector(args["c_ptr"])
+    ok = args["stride_cn"] == 1 and args["stride_cm"] % v == 0 and args["N_C"] % v == 0 \
+        and c.data_ptr() % 16 == 0
+    return v if ok else 1
+
+
+_ALIGNMENT = {"ALIGN_A": align_a, "ALIGN_B": align_b, "ALIGN_C": align_c}
 # One setting, chosen by the caller (CPU mode, the sweeps, lesson 04's fixed setting).
 matmul_kernel_v6_fixed = triton.heuristics(_ALIGNMENT)(matmul_kernel_v6)
-
-
-# --------------------------------------------------------------------------------------
-# What fits, what is pruned, how shapes are bucketed.
-# --------------------------------------------------------------------------------------
-
-
-def shared_memory_bytes(config: dict, dtype=torch.float16) -> int:
-    """SRAM the software pipeline keeps: ``num_stages`` A and B tiles in flight."""
-    size = torch.empty((), dtype=dtype).element_size()
-    return config["num_stages"] * (config["BLOCK_M"] + config["BLOCK_N"]) \
-        * config["BLOCK_K"] * size
-
-
-def accumulator_registers(config: dict) -> int:
-    """fp32 registers a thread holds for its share of the ``BLOCK_M x BLOCK_N`` tile."""
-    return config["BLOCK_M"] * config["BLOCK_N"] // (32 * config["num_warps"])
-
-
-def fits(config: dict, dtype=torch.float16, shared_memory: int = H100_SHARED_MEMORY,
-         max_registers: int = MAX_ACCUMULATOR_REGISTERS) -> tuple[bool, str]:
-    """Whether one setting can run at all here, and if not, why."""
-    smem = shared_memory_bytes(config, dtype)
-    if smem > shared_memory:
-        return False, f"needs {smem:,} bytes of shared memory, over the {shared_memory:,} here"
-    regs = accumulator_registers(config)
-    if regs > max_registers:
-        return False, (f"its accumulator needs {regs} registers a thread, over the "
-                       f"{max_registers} budgeted")
-    return True, "fits"
-
-
-def useful(config: dict, M: int, N: int, K: int, sms: int = 132) -> tuple[bool, str]:
-    """Whether a setting that fits is worth timing for this shape."""
-    if config["BLOCK_M"] > max(16, triton.next_power_of_2(M)):
-        return False, f"BLOCK_M {config['BLOCK_M']} is more than twice M = {M}: mostly padding"
-    if config["BLOCK_N"] > max(32, triton.next_power_of_2(N)):
-        return False, f"BLOCK_N {config['BLOCK_N']} is more than twice N = {N}: mostly padding"
-    if M > 256 and config["BLOCK_M"] < 64:
-        return False, f"BLOCK_M {config['BLOCK_M']} reuses each value of B too few times for M = {M}"
-    if config["SPLIT_K"] > 1:
-        tiles = triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
-        if tiles >= sms:
-            return False, f"{tiles} tiles already fill {sms} SMs: split-K only adds traffic"
-        if K < config["SPLIT_K"] * config["BLOCK_K"] * 4:
-            return False, f"K = {K} is too short to split {config['SPLIT_K']} ways"
-    return True, "kept"
-
-
-@functools.lru_cache(maxsize=None)
-def _gpu_limits() -> tuple[int, int]:
-    props = triton.runtime.driver.active.utils.get_device_properties(
-        torch.cuda.current_device())
-    return props["max_shared_mem"], props["multiprocessor_count"]
-
-
-def prune(configs, named_args, **kwargs) -> list:
-    """Triton's ``early_config_prune``: the candidates worth timing for this call."""
-    M, N, K = named_args["M"], named_args["N"], named_args["K"]
-    dtype = named_args["a_ptr"].dtype
-    shared_memory, sms = _gpu_limits() if runtime.is_gpu() else (H100_SHARED_MEMORY, 132)
-    kept = [c for c in configs
-            if fits({**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages},
-                    dtype, shared_memory)[0]
-            and useful({**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages},
-                       M, N, K, sms)[0]]
-    return kept or list(configs[:1])
-
-
-def bucket(n: int) -> int:
-    """The power of two at or above ``n`` (at least 16): the tuner's unit of shape."""
-    return max(16, triton.next_power_of_2(n))
-
-
-def shape_key(M: int, N: int, K: int) -> tuple[int, int, int]:
-    """Shapes that share one tuning: each size rounded up to a power of two."""
-    return bucket(M), bucket(N), bucket(K)
 
 
 # --------------------------------------------------------------------------------------
@@ -299,14 +202,17 @@ def _scratch_for(a, M, N, K, space):
 
 
 def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torch.Tensor:
-    """``a @ b`` by :func:`matmul_kernel_v6`: autotuned per bucketed shape on a GPU, or with
-    ``config`` (a dict of :data:`KEYS`). In CPU mode, :data:`CPU_CONFIG` unless given.
+    """``a @ b`` by :func:`matmul_kernel_v6` or the persistent TMA kernel: autotuned per
+    bucketed shape on a GPU, or v6 with ``config`` (a dict of :data:`KEYS`). In CPU mode,
+    v6 with :data:`CPU_CONFIG` unless given.
 
-    On a GPU the first call of a shape goes through the autotuner (search, compile,
-    launch) and keeps a *plan*: the compiled kernel, its grid and its settings. Later
-    calls of the same shape and layout launch the compiled kernel directly, skipping
-    the autotuner's and the JIT's Python work: at small sizes that host time, not the
-    GPU, sets the speed (the ``launch_overhead`` part of the autotuning record).
+    On a GPU the first call of a shape builds candidate *plans*: v6 and (where the TMA
+    applies) the persistent kernel, each autotuned, on the operands as given and, when
+    their rows do not start on 128-byte lines, on copies that do (:mod:`matmul_plan`).
+    It times each whole plan, keeps the fastest and writes the decision to disk. Later
+    calls of the same shape and layout launch the kept plan's compiled kernel directly,
+    skipping the autotuner's and the JIT's Python work: at small sizes that host time,
+    not the GPU, sets the speed (the ``launch_overhead`` part of the autotuning record).
     """
     key = _plan_key(a, b, config)
     plan = _PLANS.get(key)
@@ -321,128 +227,185 @@ def _plan_key(a, b, config) -> tuple:
             None if config is None else tuple(sorted(config.items())))
 
 
-def _padded(x: torch.Tensor, cols: int) -> torch.Tensor:
-    """``x`` copied into rows of ``cols`` elements rounded up to 16 bytes: a row-major
-    matrix whose rows all start on 16-byte boundaries (extra columns left unset)."""
-    vector = 16 // x.element_size()
-    width = triton.cdiv(cols, vector) * vector
-    out = torch.empty((x.shape[0], width), device=x.device, dtype=x.dtype)
-    out[:, :x.shape[1]] = x
-    return out[:, :cols]
-
-
-def _needs_padding(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, int]:
-    """Whether to copy A into aligned rows, and the column count to run B and C with.
+def _needs_padding(a: torch.Tensor, b: torch.Tensor,
+                   row_bytes: int = plans.VECTOR) -> tuple[bool, bool, int]:
+    """Whether to copy A, whether to copy B, into rows that start every ``row_bytes``; and
+    the column count to run B with (N, or N rounded up to a whole 16-byte vector).
 
     A row-major matrix whose rows do not start on 16-byte boundaries (K = 1999 in fp16),
     or a B whose N is no multiple of 8 fp16 elements, defeats the kernel's 16-byte loads:
     every element is then loaded on its own, several times slower than the copy costs.
+    (A column-major operand is taken as it is: its loads are another story.)
     """
-    vector = 16 // a.element_size()
-    pad_a = a.stride(1) == 1 and a.shape[0] > 1 and bool(a.stride(0) % vector
-                                                         or a.data_ptr() % 16)
+    vector = plans.VECTOR // a.element_size()
+    pad_a = a.stride(1) == 1 and a.shape[0] > 1 and not plans.on_rows_of(a, row_bytes)
     N = b.shape[1]
-    pad_b = b.stride(1) == 1 and bool(b.stride(0) % vector or b.data_ptr() % 16 or N % vector)
-    return pad_a, (triton.cdiv(N, vector) * vector if pad_b else N)
+    pad_b = b.stride(1) == 1 and (not plans.on_rows_of(b, row_bytes) or N % vector != 0)
+    return pad_a, pad_b, (triton.cdiv(N, vector) * vector if pad_b else N)
 
 
-def _first_call(a, b, config, key) -> torch.Tensor:
+def _check(a, b) -> None:
     for name, t in (("a", a), ("b", b)):
         check_tensor(t, name, dtypes=FLOAT_DTYPES, ndim=2, contiguous=False)
     if a.dtype != b.dtype or a.shape[1] != b.shape[0]:
         raise ValueError(f"cannot multiply {tuple(a.shape)} {a.dtype} by {tuple(b.shape)} "
                          f"{b.dtype}: A is M x K, B is K x N, one dtype")
     runtime.check_dot_dtype(a.dtype)
+
+
+def _first_call(a, b, config, key) -> torch.Tensor:
+    _check(a, b)
     M, K = a.shape
     N = b.shape[1]
     if M * N == 0 or K == 0:
         return torch.zeros((M, N), device=a.device, dtype=a.dtype)
-    given = (a, b)
-    pad_a, n_padded = _needs_padding(a, b)
-    a = _padded(a, K) if pad_a else a
-    b = _padded(b, n_padded) if n_padded != N else b
-    c = torch.empty((M, n_padded), device=a.device, dtype=a.dtype)
     if config is None and runtime.is_cpu():
         config = CPU_CONFIG
+    lean = LEAN_LAUNCH and runtime.is_gpu() and not torch.cuda.is_current_stream_capturing()
+    if config is not None or not lean:
+        # One setting (or a launch under CUDA-graph capture, which may tune nothing new).
+        c, run, _ = _v6_plan(a, b, config, plans.VECTOR, lean)
+        if lean:
+            _PLANS[key] = run
+        return c
+    decision_key = plans.DECISIONS.key(a, b, _kernel_keys()) if plans.USE_DECISIONS else None
+    decision = plans.DECISIONS.get(decision_key) if decision_key else None
+    if decision is not None:            # decided in an earlier process: build that plan only
+        c, run, _ = _build(a, b, decision["kernel"], decision["config"], decision["row_bytes"])
+        _CHOICES[key], _PLANS[key] = {**decision, "from_disk": True}, run
+        return c
+    candidates = {}
+    layouts = [plans.VECTOR]
+    if not (plans.on_rows_of(a, plans.LINE) and plans.on_rows_of(b, plans.LINE)):
+        layouts.append(plans.LINE)
+    for row_bytes in layouts:
+        for kernel in ("v6", "persistent"):
+            built = _build(a, b, kernel, None, row_bytes)
+            if built is not None:
+                candidates[kernel, row_bytes] = built
+    times = {name: plans.time_plan(run, a, b) for name, (_, run, _) in candidates.items()}
+    (kernel, row_bytes), ms = min(times.items(), key=lambda item: item[1])
+    c, run, chosen = candidates[kernel, row_bytes]
+    decision = {"kernel": kernel, "config": chosen, "row_bytes": row_bytes,
+                "layout": "whole lines" if row_bytes == plans.LINE else "as given",
+                "candidates_ms": {f"{k} {'whole lines' if r == plans.LINE else 'as given'}": t
+                                  for (k, r), t in times.items()}}
+    if decision_key:
+        plans.DECISIONS.put(decision_key, decision)
+    _CHOICES[key], _PLANS[key] = decision, run
+    return c
+
+
+def _kernel_keys() -> tuple[str, ...]:
+    """What a stored decision depends on besides the shape: both kernels' sources and the
+    spaces their tuners search."""
+    return (matmul_kernel_v6.cache_key, persistent.matmul_kernel_persistent.cache_key,
+            repr(CONFIG_SPACE), repr(persistent.PERSISTENT_SPACE))
+
+
+def _build(a, b, kernel, config, row_bytes):
+    """One candidate plan: ``(c, run, config)``, or ``None`` where the kernel cannot run."""
+    if kernel == "v6":
+        return _v6_plan(a, b, config, row_bytes, True)
+    if (b.shape[1] * b.element_size()) % plans.VECTOR:
+        return None                     # C's rows would not be 16-byte aligned
+    pad_a, pad_b, _ = _needs_padding(a, b, row_bytes)
+
+    def prepare(a, b):
+        a = plans.row_padded(a, a.shape[1], row_bytes) if pad_a else a
+        b = plans.row_padded(b, b.shape[1], row_bytes) if pad_b else b
+        return a, b
+
+    a_run, b_run = prepare(a, b)
+    if not persistent.usable(a_run, b_run)[0]:
+        return None
+    c, launched, chosen, _ = persistent.launch(a_run, b_run, config)
+    return c, (lambda a, b: launched(*prepare(a, b))), chosen
+
+
+def _v6_plan(a, b, config, row_bytes, keep):
+    """v6 on ``a @ b``, A and B copied into rows that start every ``row_bytes`` where they
+    do not: ``(c, run, config)``. ``config=None``: autotuned. ``run(a, b)`` repeats it for
+    a pair of the same shape and layout (the compiled kernel called directly when
+    ``keep`` and the direct launch gives what the first did; else through the JIT)."""
+    M, K = a.shape
+    N = b.shape[1]
+    pad_a, pad_b, n_padded = _needs_padding(a, b, row_bytes)
+
+    def prepare(a, b):
+        a = plans.row_padded(a, K, row_bytes) if pad_a else a
+        b = plans.row_padded(b, n_padded, row_bytes) if pad_b else b
+        return a, b
+
+    a_run, b_run = prepare(a, b)
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if config is not None:
         missing = set(KEYS) - set(config)
         if missing:
             raise ValueError(f"config lacks {sorted(missing)}; it needs all of {KEYS}")
         space, kernel = [config], matmul_kernel_v6_fixed
     else:
-        args = {"M": M, "N": n_padded, "K": K, "a_ptr": a}
+        args = {"M": M, "N": n_padded, "K": K, "a_ptr": a_run}
         space = [config_of(x) for x in prune(matmul_kernel_v6_tuned.configs, args)]
         kernel = matmul_kernel_v6_tuned
-    ws, locks = _scratch_for(a, M, n_padded, K, space)
+    ws, locks = _scratch_for(a_run, M, n_padded, K, space)
 
     def grid(meta):
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(n_padded, meta["BLOCK_N"]),
                 meta["SPLIT_K"])
 
     extra = {} if config is None else {k: config[k] for k in KEYS}
-    tail = (ws, locks, M, n_padded, K, *a.stride(), *b.stride(), *c.stride(),
+    tail = (ws, locks, M, n_padded, K, N, *a_run.stride(), *b_run.stride(), *c.stride(),
             *shape_key(M, N, K))
-    compiled = kernel[grid](a, b, c, *tail, **extra)
-    result = c if n_padded == N else c[:, :N].contiguous()
-    if not runtime.is_gpu() or torch.cuda.is_current_stream_capturing():
-        return result
-    if config is None and persistent.usable(*given)[0]:
-        # Two kernels, each tuned on its own: keep the one whose best setting timed faster.
-        v6_ms = persistent.tuned_ms(kernel, (a, b, c, *tail))
-        c_tma, run, chosen, tma_ms = persistent.launch(*given)
-        if tma_ms < v6_ms:
-            _CHOICES[key] = {"kernel": "persistent", "config": chosen}
-            if LEAN_LAUNCH:
-                _PLANS[key] = run
-            return c_tma
-    if config is None:
-        _CHOICES[key] = {"kernel": "v6", "config": config_of(kernel.best_config)}
-    if LEAN_LAUNCH:
-        _keep_plan(key, compiled, a, b, c, tail, config or config_of(kernel.best_config),
-                   pad_a, N)
-    return result
+    compiled = kernel[grid](a_run, b_run, c, *tail, **extra)
+    chosen = config if config is not None else config_of(kernel.best_config)
+    run = _direct(compiled, prepare, a_run, b_run, c, tail, chosen) if keep else None
+    if run is None:
+        def run(a, b):
+            out = torch.empty((M, N), device=a.device, dtype=a.dtype)
+            kernel[grid](*prepare(a, b), out, *tail, **extra)
+            return out
+    return c, run, chosen
 
 
 # Launch a shape's compiled kernel directly after its first call (GPU mode).
 LEAN_LAUNCH = True
 _PLANS: dict = {}
-_CHOICES: dict = {}      # plan key -> {"kernel": "v6" or "persistent", "config": ...}
+_CHOICES: dict = {}      # plan key -> the decision: kernel, setting, layout, candidates' ms
 
 
 def last_choice(a: torch.Tensor, b: torch.Tensor) -> dict | None:
-    """Which kernel and setting the GPU path chose for this pair's shape and layout."""
+    """Which kernel, setting and layout the GPU path chose for this pair's shape and
+    layout (and each candidate plan's time, when this process timed them)."""
     return _CHOICES.get(_plan_key(a, b, None))
 
 
-def _keep_plan(key, compiled, a, b, c, tail, config, pad_a, n_valid) -> None:
-    """Remember how this shape launches, after checking that the direct launch gives
-    exactly what the first launch gave (it runs the same binary)."""
+def _direct(compiled, prepare, a, b, c, tail, config):
+    """The compiled kernel called directly, without the autotuner or the JIT: ``run(a, b)``,
+    or ``None`` unless it gives exactly what the first launch gave (it runs the same
+    binary; another Triton's launcher may take other arguments)."""
     chosen = {k: config[k] for k in KEYS[:5]}
-    shape = {"a_ptr": a, "b_ptr": b, "N": tail[3], "stride_am": tail[5], "stride_ak": tail[6],
-             "stride_bk": tail[7], "stride_bn": tail[8]}
-    full_tail = (*tail, *chosen.values(), align_a(shape), align_b(shape))
-    grid = (triton.cdiv(c.shape[0], chosen["BLOCK_M"]) * triton.cdiv(c.shape[1], chosen["BLOCK_N"]),
+    shape = {"a_ptr": a, "b_ptr": b, "c_ptr": c, "N": tail[3], "N_C": tail[5],
+             "stride_am": tail[6], "stride_ak": tail[7], "stride_bk": tail[8],
+             "stride_bn": tail[9], "stride_cm": tail[10], "stride_cn": tail[11]}
+    full_tail = (*tail, *chosen.values(), align_a(shape), align_b(shape), align_c(shape))
+    grid = (triton.cdiv(c.shape[0], chosen["BLOCK_M"]) * triton.cdiv(tail[3], chosen["BLOCK_N"]),
             chosen["SPLIT_K"], 1)
-    n_padded = c.shape[1]
     again = torch.empty_like(c)
     try:
         compiled[grid](a, b, again, *full_tail)
-        same = torch.equal(again[:, :n_valid], c[:, :n_valid])   # padding columns: junk
-    except Exception:                   # another Triton's launcher takes other arguments
+        same = torch.equal(again, c)
+    except Exception:
         same = False
     if not same:
-        return
+        return None
 
     def run(a, b):
-        if pad_a:
-            a = _padded(a, a.shape[1])
-        if n_padded != n_valid:
-            b = _padded(b, n_padded)
-        out = torch.empty((a.shape[0], n_padded), device=a.device, dtype=a.dtype)
-        compiled[grid](a, b, out, *full_tail)
-        return out if n_padded == n_valid else out[:, :n_valid].contiguous()
+        out = torch.empty(c.shape, device=a.device, dtype=a.dtype)
+        compiled[grid](*prepare(a, b), out, *full_tail)
+        return out
 
-    _PLANS[key] = run
+    return run
 
 
 def chosen_config(M: int, N: int, K: int, dtype=torch.float16, a_strides=None,

@@ -1,0 +1,99 @@
+"""How one matmul shape runs on a GPU, beyond the kernel's settings: the operands' layout,
+timing whole plans against each other, and remembering the winner on disk.
+
+A **plan** is everything one call of a shape does: copies of the operands into another
+layout (if any), the kernel launch, C. :mod:`~helpers.kernels.matmul_tuned` builds a few
+candidates on a shape's first call, times each whole plan, and keeps the fastest.
+
+**Layout.** A row of A or B that does not start on a 128-byte line (K = 1000 in fp16: each
+row is 2,000 bytes, 16 lines less 48 bytes) makes each 128-byte piece of it straddle two
+lines of L2, and a row that does not even start on 16 bytes (K = 1999) rules out 16-byte
+loads altogether. Measured on an H100 80GB HBM3 (fp16, the tuned kernels, triton 3.6):
+2047 x 4097 x 1023 took 101 us as given and 38 us with A and B copied into rows of whole
+lines, 3000 x 5000 x 2500 229 us against 128 us. The copies cost a pass over A and B each,
+which pays for big products and not for small ones (1000^3: 12.8 us on whole lines, 16.5
+us as given, but the copies took longer than the difference). Hence no rule: both layouts
+are candidates, and the clock decides.
+
+**Decisions on disk.** Triton's autotuner keeps its timings on disk (``cache_results``), so
+a new process skips the search; but choosing between candidate plans still means loading
+every candidate's kernel and timing them again. :class:`Decisions` keeps the outcome, the
+plan that won (kernel, setting, layout), in Triton's cache directory (``TRITON_CACHE_DIR``),
+keyed by the exact shape, layout, dtype, GPU, Triton version and the kernels' source: a
+process that finds a decision builds only that plan, with the setting fixed, and tunes
+nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import torch
+import triton
+
+LINE = 128          # bytes in one line of L2
+VECTOR = 16         # bytes in one vectorised load
+
+
+def on_rows_of(t: torch.Tensor, row_bytes: int) -> bool:
+    """Whether every row of row-major ``t`` starts on a ``row_bytes`` boundary."""
+    if t.stride(-1) != 1:
+        return False
+    return t.shape[0] <= 1 or ((t.stride(0) * t.element_size()) % row_bytes == 0
+                               and t.data_ptr() % row_bytes == 0)
+
+
+def row_padded(x: torch.Tensor, cols: int, row_bytes: int = VECTOR) -> torch.Tensor:
+    """``x`` copied into rows that start every ``row_bytes`` bytes, returned as a view of
+    ``cols`` columns (``cols >= x.shape[1]``; the columns past ``x``'s are left unset)."""
+    per_row = row_bytes // x.element_size()
+    out = torch.empty((x.shape[0], triton.cdiv(cols, per_row) * per_row), device=x.device,
+                      dtype=x.dtype)
+    out[:, :x.shape[1]] = x
+    return out[:, :cols]
+
+
+def time_plan(run, a: torch.Tensor, b: torch.Tensor) -> float:
+    """Median milliseconds of one whole plan, copies included, each run with a cold L2."""
+    return float(triton.testing.do_bench(lambda: run(a, b), return_mode="median"))
+
+
+class Decisions:
+    """Winning plans on disk, one small JSON file per shape and layout, in Triton's cache."""
+
+    FILE = "matmul_plan.json"
+
+    def __init__(self, salt: str = "course-matmul-plan-1"):
+        self.salt = salt
+
+    def key(self, a: torch.Tensor, b: torch.Tensor, kernels: tuple[str, ...]) -> str:
+        """Everything the winner depends on: exact shapes, strides, dtype, the operands'
+        offsets within a line, the GPU, Triton, and the kernels' own cache keys (their
+        source and the spaces they search)."""
+        props = torch.cuda.get_device_properties(a.device)
+        parts = (self.salt, tuple(a.shape), tuple(b.shape), a.stride(), b.stride(),
+                 str(a.dtype), a.data_ptr() % LINE, b.data_ptr() % LINE, props.name,
+                 (props.major, props.minor), triton.__version__, kernels)
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+    def get(self, key: str) -> dict | None:
+        from triton.runtime.cache import get_cache_manager
+        path = get_cache_manager(key).get_file(self.FILE)
+        if path is None:
+            return None
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):          # a torn or foreign file: decide again
+            return None
+
+    def put(self, key: str, decision: dict) -> None:
+        from triton.runtime.cache import get_cache_manager
+        get_cache_manager(key).put(json.dumps(decision, sort_keys=True), self.FILE,
+                                   binary=False)
+
+
+DECISIONS = Decisions()
+# Keep and read decisions (GPU mode). Off: every process tunes and times its candidates.
+USE_DECISIONS = True
