@@ -154,9 +154,9 @@ def _child_seconds(mode: str) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def _tuning_time(cold_s: float, repeats: int = 5) -> dict:
+def _tuning_time(cold_s: float, repeats: int = 9) -> dict:
     """Cold (this process), then fresh processes in turn, tuned and untuned: the median
-    of ``repeats`` each (one fresh process takes about a second, and varies by 20 %)."""
+    of ``repeats`` each (one fresh process takes under a second, and varies by 20 %)."""
     cached, untuned = [], []
     for _ in range(repeats):
         cached.append(_child_seconds("tuned"))
