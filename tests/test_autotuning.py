@@ -7,9 +7,9 @@ made-up numbers shaped like a record, never written to helpers/records.
 
 **The performance targets** are the tests of ``TestPerformanceTargets`` (named
 ``test_target_*``): ``pytest tests/test_autotuning.py -k target`` runs them alone. A missed
-target fails with the shortfall and the numbers. The two still missed on the committed H100
-record (the floor, the cached run) carry an xfail mark that names them as open work; the
-floor's is strict, so a record that meets it fails until the mark goes."""
+target fails with the shortfall and the numbers. The one still missed on the committed H100
+record (the floor) carries a strict xfail mark that names it as open work, so a record that
+meets it fails until the mark goes."""
 
 import math
 
@@ -369,8 +369,6 @@ class TestPerformanceTargets:
         _h100(rec)
         _assert_met(rec, "tuned vs lesson 04's setting, geometric mean")
 
-    @pytest.mark.xfail(strict=False, reason="1.10x on the H100 record (medians of 5 fresh "
-                       "processes, whose runs spread by 20 %): open work")
     def test_target_cached_run_within_10_percent_of_untuned(self, rec):
         _h100(rec)
         _assert_met(rec, "cached run over a run that never tunes")
