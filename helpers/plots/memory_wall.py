@@ -106,3 +106,48 @@ class SizeExplorer(Explorer):
                 f"{regime}")
         readout_box(ax, text)
         return text
+
+
+def draw_peaks_versus_bandwidth(ax, gpus) -> None:
+    """Lesson 01's first figure: each GPU of the table (``hardware.GPUS.values()``) as its
+    peak fp16 tensor TFLOP/s against its memory bandwidth, one colour per architecture,
+    with dashed lines of constant FLOP per byte."""
+    import numpy as np
+
+    from . import finish
+
+    gpus = list(gpus)
+    for i, arch in enumerate(dict.fromkeys(g.architecture for g in gpus)):
+        gs = sorted((g for g in gpus if g.architecture == arch), key=lambda g: g.hbm_bandwidth_gbs)
+        ax.scatter([g.hbm_bandwidth_gbs for g in gs], [g.peak("fp16") for g in gs], s=40,
+                   color=f"C{i}", label=arch, zorder=3)
+        for j, g in enumerate(gs):  # alternate label heights so neighbours do not overlap
+            ax.annotate(g.key, (g.hbm_bandwidth_gbs, g.peak("fp16")), fontsize=7,
+                        xytext=(4, 3 if j % 2 == 0 else -10), textcoords="offset points")
+    bw = np.geomspace(200, 10_000)
+    for ridge in (50, 100, 200, 400):
+        ax.plot(bw, ridge * bw / 1e3, color="0.75", lw=0.8, ls="--")
+        ax.annotate(f"{ridge} FLOP/B", (bw[-1], ridge * bw[-1] / 1e3), fontsize=7, color="0.5")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    finish(ax, title="Peak fp16 tensor throughput versus memory bandwidth",
+           xlabel="peak memory bandwidth (GB/s)", ylabel="peak fp16 tensor throughput (TFLOP/s)",
+           source="datasheet figures, helpers.hardware.GPUS (each row names its source); "
+                  "dashed lines: constant FLOP per byte")
+
+
+def draw_peak_shares(ax, rows: list[tuple[str, float, float]], gpu_name: str,
+                     source: str = "") -> None:
+    """Pairs of bars, one pair per op: ``(label, % of peak bandwidth, % of the compute peak
+    that applies)`` as the lesson computes them from the ``memory_wall`` record."""
+    from . import finish
+
+    pos = list(range(len(rows)))
+    ax.bar([p - 0.2 for p in pos], [r[1] for r in rows], 0.4,
+           label="bandwidth, % of datasheet peak")
+    ax.bar([p + 0.2 for p in pos], [r[2] for r in rows], 0.4,
+           label="FLOP rate, % of the peak that applies (fp32 or bf16)")
+    ax.set_xticks(pos, [r[0] for r in rows], fontsize=8)
+    ax.set_ylim(0, 120)  # headroom for the legend
+    finish(ax, title=f"What each op uses of the {gpu_name}", xlabel="op (implementation)",
+           ylabel="percent of datasheet peak (%)", source=source)
