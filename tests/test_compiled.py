@@ -85,6 +85,9 @@ def test_a_matmul_launch_is_specialized_as_on_a_gpu():
                                   BLOCK_K=64, num_stages=3, num_warps=4),
                                   constexprs=dict(GROUP_M=8, PRECISION="ieee"), n=N)
     assert r is v3(128, 128, 64, 3, 4)
+    # lesson 04's prediction: registers and shared memory both allow two programs per SM
+    occ = compiled.occupancy(r, H100)
+    assert (occ.programs_per_sm, occ.limited_by) == (2, "registers and shared memory"), occ
 
 
 def made_up(regs, shared, warps):

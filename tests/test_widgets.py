@@ -225,6 +225,41 @@ def test_k_walk_draws_one_tile_per_step_with_labels():
     # the frame, then one tile per K step (A and B), and the accumulator tile in C
     assert len(ax_a.patches) == len(ax_b.patches) == 1 + 8 and len(ax_c.patches) == 2
     assert len(fig.axes[0].get_legend().get_texts()) == 5
+    # the per-step FLOPs and bytes are the prediction that follows the picture: not on it
+    shown = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "MFLOP" not in shown and "48 KiB" not in shown and "128x64 tile of A" in shown
     plt.close(fig)
     with pytest.raises(ValueError):
         draw_k_walk(512, 512, 512, 128, 256, 64, tile=(0, 2))   # only 2 columns of tiles
+
+
+def _rung(step, n, dtype, vs, version=None):
+    return {"step": step, "n": n, "dtype": dtype, "vs_cublas": vs,
+            "config": {"version": version} if version else {}}
+
+
+def test_target_lines_name_the_lessons_rung_and_matmul_separately():
+    from helpers.performance.targets import TARGETS
+    from helpers.plots.tiling import target_lines
+
+    ladder = [_rung("v3_warps", 4096, "fp16", 0.87), _rung("best", 4096, "fp16", 1.0, "v5"),
+              _rung("v3_warps", 8192, "fp16", 0.96), _rung("best", 8192, "fp16", 0.94, "v4")]
+    lines = target_lines(ladder, {n: TARGETS[f"matmul_{n}"] for n in (4096, 8192)})
+    assert lines == [
+        "fp16 4096^3, target ≥ 0.9x: lesson 04's best rung 0.87x (not met); "
+        "matmul() (v5, lesson 07's) 1.00x (met)",
+        "fp16 8192^3, target ≥ 0.95x: lesson 04's best rung 0.96x (met); "
+        "matmul() (v4, lesson 07's) 0.94x (not met)"]
+
+
+def test_order_traffic_lines_count_waves_and_hbm_time():
+    from helpers import hardware
+    from helpers.plots.tiling import order_traffic_lines
+
+    h100 = hardware.GPUS["H100-SXM"]
+    groups = [dict(GROUP_M=g, n=8192, BLOCK_M=128, BLOCK_N=256, dtype="fp16", ms=ms,
+                   tflops=2 * 8192**3 / ms / 1e9) for g, ms in ((1, 1.6), (8, 1.5))]
+    lines = order_traffic_lines(groups, h100)
+    assert lines[0].startswith("8192^3: 2048 tiles, 16 waves of 132 programs")
+    assert "GROUP_M=1:" in lines[1] and "GROUP_M=8:" in lines[2]
+    assert lines[-1] == "fastest order (GROUP_M=8) against row-major: 1.07x"

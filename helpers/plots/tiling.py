@@ -247,9 +247,10 @@ def draw_k_walk(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int
     facts = {"k_steps": steps, "bytes_per_step": loaded,
              "flops_per_step": 2 * block_m * block_n * block_k,
              "accumulator_bytes": block_m * block_n * 4}
+    # The shapes only: the FLOPs and bytes of a step are the lesson's prediction.
     axes[0, 0].text(0, 0.95, f"program ({pid_m}, {pid_n}), K step {step} of 0-{steps - 1}:\n"
-                    f"loads {loaded / 1024:g} KiB ({dtype}),\n"
-                    f"does {facts['flops_per_step'] / 1e6:.3g} MFLOP on the tensor cores,\n"
+                    f"loads a {block_m}x{block_k} tile of A and a {block_k}x{block_n} tile of B "
+                    f"({dtype}),\nmultiplies them on the tensor cores,\n"
                     f"keeps {facts['accumulator_bytes'] / 1024:g} KiB of fp32 sums in registers",
                     fontsize=9, va="top", transform=axes[0, 0].transAxes)
     fig.suptitle(f"A {block_m}x{block_n}x{block_k} tile walks along K: "
@@ -257,3 +258,47 @@ def draw_k_walk(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int
     add_source(ax_a, "the tile formulas of helpers.intensity; nothing measured")
     fig.tight_layout()
     return fig, facts
+
+
+def order_traffic_lines(groups: list[dict], gpu) -> list[str]:
+    """The ``GROUP_M`` sweep of the tiling record against the napkin count: what the whole
+    product reads from HBM in row-major order and in the kernels' default group, if nothing
+    a wave loaded survives in L2 to the next wave, and how long HBM would need for it."""
+    import torch
+
+    by_group = {r["GROUP_M"]: r for r in groups}
+    row_major, fastest = by_group[1], max(groups, key=lambda r: r["tflops"])
+    n, bm, bn = row_major["n"], row_major["BLOCK_M"], row_major["BLOCK_N"]
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[row_major["dtype"]]
+    tiles = -(-n // bm) * -(-n // bn)
+    waves = -(-tiles // gpu.sm_count)   # one 128x256, 4-stage program fills an SM's SRAM
+    lines = [f"{n}^3: {tiles} tiles, {waves} waves of {gpu.sm_count} programs on the {gpu.name}"]
+    for g in (1, 8):                    # row-major, and the kernels' default group
+        w = mm.wave_footprint(n, n, n, dt, bm, bn, g, programs=gpu.sm_count)
+        total = waves * w["bytes"]
+        hbm_ms = total / (gpu.hbm_bandwidth_gbs * 1e9) * 1e3
+        lines.append(f"GROUP_M={g}: {total / 2**30:4.2f} GiB from HBM at most -> {hbm_ms:.2f} ms "
+                     f"at {gpu.hbm_bandwidth_gbs:,.0f} GB/s; the product took "
+                     f"{by_group[g]['ms']:.2f} ms (HBM busy {hbm_ms / by_group[g]['ms']:.0%} of it)")
+    lines.append(f"fastest order (GROUP_M={fastest['GROUP_M']}) against row-major: "
+                 f"{fastest['tflops'] / row_major['tflops']:.2f}x")
+    return lines
+
+
+def target_lines(ladder: list[dict], targets: dict, rung: str = "v3_warps") -> list[str]:
+    """The lesson's target against the record: for each dtype and size in ``targets``
+    (n -> a :class:`helpers.performance.targets.Target`), this lesson's best rung
+    (``rung``) and ``matmul()`` (lesson 07's kernels), each as times torch.matmul."""
+    lines = []
+    for dtype in sorted({r["dtype"] for r in ladder}, key=["fp16", "bf16"].index):
+        for n, target in targets.items():
+            got = {r["step"]: r for r in ladder if r["dtype"] == dtype and r["n"] == n}
+            if rung not in got or "best" not in got:
+                continue
+            mine, best = got[rung]["vs_cublas"], got["best"]["vs_cublas"]
+            version = (got["best"].get("config") or {}).get("version", "?")
+            verdict = {True: "met", False: "not met"}
+            lines.append(f"{dtype} {n}^3, target {target.text}: lesson 04's best rung "
+                         f"{mine:.2f}x ({verdict[target.met(mine)]}); matmul() ({version}, "
+                         f"lesson 07's) {best:.2f}x ({verdict[target.met(best)]})")
+    return lines
