@@ -135,9 +135,9 @@ def check_order_gain(answer, ladder: list[dict], n: int = 4096, dtype: str = "fp
         return Feedback(part, True, f"{value:g} is within {GAIN_TOLERANCE} of the recorded "
                         f"{ratio:.2f}")
     if value > ratio:
-        return Feedback(part, False, "too high: with one stage each program waits for every "
-                        "load, whichever cache serves it; and at this size all of B fits in L2 "
-                        "in any order")
+        return Feedback(part, False, "too high: at this size all of B fits in L2 in either "
+                        "order, so DRAM traffic hardly changes; and with one stage each program "
+                        "still waits for every load, whichever cache serves it")
     return Feedback(part, False, "too low: the order changes only which tiles run together; "
                     "each program does the same work")
 
