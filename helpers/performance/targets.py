@@ -66,10 +66,12 @@ TARGETS = {
                          "'The target'; tests/test_vector_add.py::"
                          "test_bandwidth_at_2_28_is_near_the_datasheet_peak"),
     "matmul_4096": Target(0.90, "x", "matmul() (lesson 04's entry point, lesson 07's kernels) at "
-                          "4096^3, fp16 and bf16: {goal} the speed of torch.matmul", "notebooks/04_tiling.ipynb, 'The target'",
+                          "4096^3, fp16 and bf16: {goal} the speed of torch.matmul",
+                          "notebooks/04_tiling.ipynb, 'The target'",
                           gpus=_HOPPER),
     "matmul_8192": Target(0.95, "x", "matmul() (lesson 04's entry point, lesson 07's kernels) at "
-                          "8192^3, fp16 and bf16: {goal} the speed of torch.matmul", "notebooks/04_tiling.ipynb, 'The target'",
+                          "8192^3, fp16 and bf16: {goal} the speed of torch.matmul",
+                          "notebooks/04_tiling.ipynb, 'The target'",
                           gpus=_HOPPER),
     "softmax_vs_torch": Target(1.0, "x", "lesson 05's fused softmax: {goal} the speed of "
                                "torch.softmax, geometric mean over the sweep", _FUSION),
