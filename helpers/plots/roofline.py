@@ -112,3 +112,55 @@ class RooflineExplorer(Explorer):
                 f"predicted >= {pred.time_ms * 1e3:.3g} µs: {pred.bound}-bound")
         readout_box(ax, text)
         return text
+
+
+def draw_intensity_versus_size(ax, gpu: hardware.GPUSpec, sizes) -> None:
+    """Lesson 02: arithmetic intensity against problem size (log-log) for a matmul, tiled and
+    materialised attention (bf16; 32 heads, d = 128), with softmax and an fp32 vector add as
+    flat lines and the bf16 and fp32 ridge points of ``gpu``."""
+    from .. import intensity
+    from . import finish
+
+    sizes = [int(n) for n in sizes]
+    ax.loglog(sizes, [intensity.matmul(n, n, n, "bf16").intensity for n in sizes],
+              "o-", label="matmul n x n x n (size = n)")
+    ax.loglog(sizes, [intensity.attention_tiled(32, s, 128, "bf16").intensity for s in sizes],
+              "s-", label="attention, tiled (size = seq)")
+    ax.loglog(sizes, [intensity.attention_materialised(32, s, 128, "bf16").intensity
+                      for s in sizes], "^-", label="attention, materialised (size = seq)")
+    ax.axhline(intensity.softmax(1, 4096, "bf16").intensity, color="C4", label="softmax (any size)")
+    ax.axhline(intensity.vector_add(1, "fp32").intensity, color="C5", label="vector add (any size)")
+    for d, ls in (("bf16", "--"), ("fp32", ":")):
+        ax.axhline(gpu.ridge_point(d), color="k", ls=ls, lw=1, label=f"{gpu.key} {d} ridge point")
+    finish(ax, title="Arithmetic intensity versus problem size (bf16, fp32 for vector add)",
+           xlabel="problem size (n or seq)", ylabel="arithmetic intensity (FLOP/byte)",
+           source="napkin math, helpers.intensity; ridge points from helpers.hardware.GPUS")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+# The roofline record's op families and their markers (lesson 02's measured points).
+FAMILIES = {"vector add": "o", "axpy": "o", "softmax": "D", "layer norm": "D", "matmul": "s",
+            "attention materialised": "^", "attention tiled": "v"}
+
+
+def family(point: dict) -> str:
+    """The family of a measured point of the roofline record, by its name."""
+    return next(f for f in FAMILIES if point["name"].startswith(f))
+
+
+def plot_measured_points(gpu: hardware.GPUSpec, points: list[dict], source: str = ""):
+    """The roofline of ``gpu`` (fp32 and bf16 roofs) with the roofline record's measured
+    points, one marker and colour per family, each labelled by its size."""
+    ax = roofline.plot(gpu, dtypes=("fp32", "bf16"), source=source, xlim=(1 / 32, 4096))
+    for i, fam in enumerate(dict.fromkeys(family(p) for p in points)):
+        ps = [p for p in points if family(p) == fam]
+        ax.plot([p["work"]["intensity"] for p in ps], [p["tflops"] for p in ps], FAMILIES[fam],
+                ls="none", ms=7, color=f"C{i + 2}", label=f"measured: {fam}")
+        for j, p in enumerate(ps):  # short labels, alternately below and above the point
+            ax.annotate(p["name"].replace(fam, "").replace("(flash)", "").strip(),
+                        (p["work"]["intensity"], p["tflops"]), fontsize=6,
+                        xytext=(4, -9 if j % 2 == 0 else 5), textcoords="offset points")
+    ax.set_ylim(1e-4, 3 * gpu.peak("bf16"))
+    ax.set_title(f"Common ops on the roofline of the {gpu.name}")
+    ax.legend(fontsize=7, loc="upper left")
+    return ax
