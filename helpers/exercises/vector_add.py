@@ -54,16 +54,18 @@ def _number(answer, part: str, what: str) -> float | Feedback:
     return value
 
 
-def measured_fraction(run, dtype: str = "fp16") -> float:
-    """The fraction of the table's peak bandwidth the run's add reached at its largest size."""
-    row = _row(run, run.results["big_n"], dtype)
+def measured_fraction(run, dtype: str = "fp16", n: int | None = None) -> float:
+    """The fraction of the table's peak bandwidth the run's add reached at ``n`` elements
+    (default: the run's largest size)."""
+    row = _row(run, run.results["big_n"] if n is None else n, dtype)
     return row["triton_gbps"] / hardware.lookup(run.gpu).hbm_bandwidth_gbs
 
 
-def check_fraction_of_peak(answer, run, dtype: str = "fp16") -> Feedback:
+def check_fraction_of_peak(answer, run, dtype: str = "fp16", n: int | None = None) -> Feedback:
     """Prediction: the fraction (0 to 1) of the table's peak bandwidth that the course's add
-    reaches at the largest size of ``run``."""
-    n = run.results["big_n"]
+    reaches at ``n`` elements (default: the largest size of ``run``)."""
+    big = run.results["big_n"]
+    n = big if n is None else n
     part = f"fraction of peak, {dtype} add at 2^{n.bit_length() - 1}"
     value = _number(answer, part, "a fraction of the table's peak bandwidth, between 0 and 1")
     if isinstance(value, Feedback):
@@ -73,39 +75,47 @@ def check_fraction_of_peak(answer, run, dtype: str = "fp16") -> Feedback:
                     "between 0 and 1" if not 0 < value <= 1 else "")
     if outside:
         return Feedback(part, False, f"{value:g} {outside}")
-    frac = measured_fraction(run, dtype)
+    frac = measured_fraction(run, dtype, n)
     if abs(value - frac) <= FRACTION_TOLERANCE:
         return Feedback(part, True, f"{value:g} is within {FRACTION_TOLERANCE:g} of the "
                         f"measured {frac:.3f}")
     if value > frac:
         why = ("no streaming kernel moves data at the datasheet rate: the plain copy printed "
                "above is the practical ceiling")
+        if n < big:
+            why += ("; and at this size the launch floor (lesson 02) still adds its few "
+                    "microseconds to the bytes' time")
+    elif n < big:
+        why = ("at this size the bytes take several times the launch floor: the add streams "
+               "at about the plain copy's rate, and the floor costs only a slice of the time")
     else:
         why = ("at this size a vector add streams long, contiguous blocks with wide loads: it "
                "gets about as close to the peak as the plain copy printed above")
     return Feedback(part, False, f"{value:g} is too {'high' if value > frac else 'low'}: {why}.")
 
 
-def check_small_time_us(answer, run, dtype: str = "fp16") -> Feedback:
-    """Prediction: the time, in microseconds, of one add of a small vector (the median over
-    the run's sizes up to ``SMALL_N`` elements)."""
-    measured, rows = small_time_us(run, dtype)
-    part = f"time of an {dtype} add of up to {SMALL_N:,} elements"
+def check_time_us(answer, run, n: int, dtype: str = "fp32") -> Feedback:
+    """Prediction: the time, in microseconds, of one add of ``n`` elements: the launch floor
+    and the bytes' time both count where neither dwarfs the other."""
+    row = _row(run, n, dtype)
+    measured = row["triton_ms"] * 1e3
+    part = f"time of an {dtype} add of 2^{n.bit_length() - 1} elements"
     value = _number(answer, part, "a time in microseconds")
     if isinstance(value, Feedback):
         return value
     if abs(value - measured) <= TIME_TOLERANCE * measured:
         return Feedback(part, True, f"{value:g} µs is within {TIME_TOLERANCE:.0%} of the "
                         f"measured {measured:.3g} µs")
-    if value < measured:
-        memory_us = rows[-1]["bytes"] / (hardware.lookup(run.gpu).hbm_bandwidth_gbs * 1e9) * 1e6
-        why = ("that is about the time of its bytes at full bandwidth alone" if value < 3 *
-               memory_us else "too low")
-        why += ("; every launch also pays a fixed floor, the same few microseconds whatever "
-                "the size (lesson 02)")
+    if value > measured:
+        why = ("too high: the bytes take a few microseconds at the table's bandwidth, and the "
+               "launch a few more (lesson 02's floor)")
     else:
-        why = ("too high: the bytes take a tiny fraction of a microsecond, and a launch costs "
-               "a few microseconds, not more (lesson 02's floor)")
+        bytes_us = row["bytes"] / (hardware.lookup(run.gpu).hbm_bandwidth_gbs * 1e9) * 1e6
+        floor_us = small_time_us(run, dtype)[0]
+        why = ("too low: that is about the bytes' time at full bandwidth alone; every launch "
+               "also pays a fixed floor (lesson 02)" if abs(value - bytes_us) <= abs(value - floor_us)
+               else "too low: that is about the launch floor alone; at this size the bytes "
+                    "take a few microseconds more")
     return Feedback(part, False, f"{value:g} µs is off: {why}.")
 
 
