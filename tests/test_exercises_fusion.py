@@ -61,6 +61,7 @@ def test_softmax_vs_bytes():
     wrong = ex.check_softmax_vs_bytes("about", _record(6.0, 1.0))
     assert not wrong and "6.00x measured, 4.00x from the bytes" in wrong.message
     assert_unanswered(ex.check_softmax_vs_bytes(None, _record(6.0, 1.0)))
+    assert_unanswered(ex.check_softmax_vs_bytes(..., _record(6.0, 1.0)))
     with pytest.raises(KeyError):
         ex.softmax_vs_bytes(_record(6.0, 1.0), n=1024)
 
@@ -107,7 +108,7 @@ def test_hottest_profiled():
         {"name": "vectorized_elementwise_kernel", "calls_per_op": 1, "us_per_call": 20.0,
          "share": 0.2, "bytes": 40_000_000}]}
     hot = ex.hottest_profiled(op, copy_gbps=2000)
-    assert hot["op"] == "elementwise_kernel" and hot["launches"] == 2
+    assert hot["op"] == "elementwise_kernel" and hot["launches"] == 2 and hot["computes"] == ""
     assert hot["p"] == pytest.approx(0.5) and hot["us"] == pytest.approx(50.0)
     assert hot["floor_us"] == pytest.approx(40.0)      # two launches of 40 MB at 2000 GB/s
     assert hot["k"] == pytest.approx(1.25)
@@ -122,6 +123,7 @@ def test_check_end_to_end():
     assert "no time at all" in ex.check_end_to_end(2.0, p, k).message
     assert "inverse" in ex.check_end_to_end(0.7, p, k).message
     assert_unanswered(ex.check_end_to_end(None, p, k))
+    assert_unanswered(ex.check_end_to_end(..., p, k))   # the lesson's placeholder
 
 
 def _compile_on_widths(dynamic, widths=(8, 12, 16)):
@@ -156,6 +158,7 @@ def test_check_compilations():
     assert "dynamic=False" in ex.check_compilations(3, 2).message
     assert "dynamic=True" in ex.check_compilations(1, 2).message
     assert_unanswered(ex.check_compilations(None, 2))
+    assert_unanswered(ex.check_compilations(..., 2))
 
 
 def test_the_profiles_record_bears_out_the_lessons_attribution():
@@ -183,3 +186,12 @@ def test_the_profiles_record_bears_out_the_lessons_attribution():
     assert rows["all"]["us"] > 0.9 * 1e3 * naive_ms
     hot = ex.hottest_profiled(prof.results["ops"]["softmax naive"], copy)
     assert "elementwise_kernel" in hot["op"] and "vectorized" not in hot["op"]
+    assert hot["computes"] in ("aten.sub", "aten.div")   # one launch, not the sub + div family
+
+
+def test_compile_and_call_counts_the_lessons_widths():
+    from helpers.kernels import gelu
+
+    counter = ex.compile_and_call(gelu.bias_gelu_eager, "cpu")
+    assert counter.count == 2 and counter.graphs[1] == {"x": "[4, s0]", "bias": "[s0]"}
+    assert ex.compile_and_call(gelu.bias_gelu_eager, "cpu", dynamic=False).count == 3

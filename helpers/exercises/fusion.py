@@ -111,20 +111,23 @@ def hottest_kernel(entry: dict, copy_gbps: float) -> dict:
 
 
 def hottest_profiled(op: dict, copy_gbps: float) -> dict:
-    """The same for one op of the ``profiles`` record, whose kernels are grouped by name (two
-    launches of one kernel, e.g. ``sub`` and ``div``, are one row): the row with the largest
-    share ``p`` of the op's device time, and ``k``, its time per launch over the time its
-    bytes take at ``copy_gbps``. Only rows whose bytes the record knows are considered."""
+    """The same for one op of the ``profiles`` record, whose kernel rows are one per kernel
+    name and aten op (``sub`` and ``div`` launch the same kernel but are two rows; lesson 05's
+    family table, :func:`helpers.plots.fusion.kernel_families`, groups them): the row with the
+    largest share ``p`` of the op's device time, what it computes (``computes``, its aten op
+    where the record says), and ``k``, its time per launch over the time its bytes take at
+    ``copy_gbps``. Only rows whose bytes the record knows are considered."""
     known = [k for k in op["kernels"] if k.get("bytes")]
     if not known:
         raise ValueError("this profile gives no kernel's bytes (its launches did not match the "
                          "napkin math's one to one)")
     k = max(known, key=lambda x: x["share"])
     floor_us = k["bytes"] / copy_gbps / 1e3
-    return {"op": k["name"], "launches": k["calls_per_op"],
+    return {"op": k["name"], "computes": k.get("op", ""), "launches": k["calls_per_op"],
             "us": k["us_per_call"] * k["calls_per_op"], "total_us": op["total_us"],
             "p": k["share"], "floor_us": floor_us * k["calls_per_op"],
             "k": k["us_per_call"] / floor_us}
+
 
 def check_end_to_end(answer, p: float, k: float) -> Feedback:
     """Prediction: the whole call's speed-up when a part taking ``p`` of it gets ``k`` times
@@ -195,3 +198,17 @@ def check_compilations(answer, count: int, calls: int = 3) -> Feedback:
                         mistakes=[(v, d) for v, d in mistakes if v != count],
                         hint="the first call compiles for its shape; what does the second "
                              "teach Dynamo?")
+
+
+def compile_and_call(fn, device, dynamic=None, widths=(64, 96, 128), rows: int = 4):
+    """Compile ``fn(x, bias)`` afresh with a :class:`CompileCounter` backend and call it on
+    ``rows`` x ``n`` inputs for each ``n`` of ``widths``; the counter, which saw each graph."""
+    import torch._dynamo
+
+    torch._dynamo.reset()                       # forget every graph compiled so far
+    counter = CompileCounter()
+    compiled = torch.compile(fn, backend=counter, dynamic=dynamic)
+    for n in widths:
+        x = torch.randn(rows, n, device=device)
+        compiled(x, torch.randn(n, device=device))
+    return counter
