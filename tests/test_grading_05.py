@@ -259,3 +259,13 @@ def test_a_missing_weight_is_named_whatever_the_seed():
         norm = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + fusion.EPS)
         hint = fusion._diagnose_y(norm, norm * w, h, w)
         assert "without the weight" in hint, (seed, hint)
+
+
+def test_the_trace_opens_only_once_part_1a_is_right():
+    """The trace's total is part 1a's answer: before 1a is right it shows nothing of it."""
+    for before in (None, ..., "many", 1e9, keys_fusion.EAGER_BYTES // 8):
+        text = fusion.trace_after_1a(before)
+        assert "opens once part 1a is right" in text
+        assert f"{keys_fusion.EAGER_BYTES:,}" not in text and "aten" not in text
+    text = fusion.trace_after_1a(keys_fusion.EAGER_BYTES)
+    assert "aten.add" in text and f"traced: {keys_fusion.EAGER_BYTES:,}" in text

@@ -91,6 +91,25 @@ def _predicted(ns):
         hint=f"fused bytes / copy bandwidth ({gbps:,.0f} GB/s in the probe record, {label}).")
 
 
+def trace_after_1a(eager_bytes) -> str:
+    """Every kernel the eager version launches at M x N bf16, with the bytes each reads and
+    writes (``helpers.launches.trace`` on meta tensors), beside ``eager_bytes``; only once
+    that answer is right (part 1a), since the trace's total is the answer."""
+    try:
+        right = KEY["1a"].matches(float(eager_bytes))
+    except (TypeError, ValueError):
+        right = False
+    if not right:
+        return ("The trace opens once part 1a is right (check_napkin_math above): it lists "
+                "every kernel's bytes, so it would give the answer away.")
+    from ...launches import trace
+
+    x = torch.empty(M, N, device="meta", dtype=BF16)
+    w = torch.empty(N, device="meta", dtype=BF16)
+    calls = trace(rk.residual_rmsnorm_eager, x, x, w)
+    return f"{calls}\n\nyour eager_bytes: {eager_bytes:,}, traced: {calls.bytes:,}"
+
+
 # ------------------------------------------------------------------------------------
 # Part 2: the fused kernel, on awkward shapes, in three dtypes, bounds-checked.
 # ------------------------------------------------------------------------------------
