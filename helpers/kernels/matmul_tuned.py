@@ -270,11 +270,17 @@ def _first_call(a, b, config, key) -> torch.Tensor:
         return c
     decision_key = plans.DECISIONS.key(a, b, _kernel_keys()) if plans.USE_DECISIONS else None
     decision = plans.DECISIONS.get(decision_key) if decision_key else None
+    built = None
     if decision is not None:            # decided in an earlier process: build that plan only
         # Same binary as the process that decided (the key holds the kernels' sources and
         # Triton's version), whose direct launch was checked there: no second check.
-        c, run, _ = _build(a, b, decision["kernel"], decision["config"], decision["row_bytes"],
-                           verify=False)
+        try:
+            built = _build(a, b, decision["kernel"], decision["config"],
+                           decision["row_bytes"], verify=False)
+        except (KeyError, TypeError, ValueError):   # a file of another layout: decide again
+            built = None
+    if built is not None:
+        c, run, _ = built
         _CHOICES[key], _PLANS[key] = {**decision, "from_disk": True}, run
         return c
     candidates = {}
