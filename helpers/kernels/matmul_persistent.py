@@ -38,6 +38,7 @@ import triton.language as tl
 
 from .. import runtime
 from .matmul_ladder import grouped_tile
+from .matmul_pack import packer
 
 KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "FLATTEN", "SPLIT_EPILOGUE", "num_warps",
         "num_stages")
@@ -152,11 +153,7 @@ def pads_b(M: int, b: torch.Tensor) -> bool:
 
 def padded_to_lines(b: torch.Tensor) -> torch.Tensor:
     """``b`` copied into rows that start on 128-byte boundaries (a strided view)."""
-    per_line = CACHE_LINE // b.element_size()
-    out = torch.empty((b.shape[0], triton.cdiv(b.shape[1], per_line) * per_line),
-                      device=b.device, dtype=b.dtype)
-    out[:, :b.shape[1]] = b
-    return out[:, :b.shape[1]]
+    return packer(None, 0, b, b.shape[1], CACHE_LINE)(None, b)[1]
 
 
 _SCRATCH: dict = {}
@@ -265,7 +262,9 @@ def launch(a: torch.Tensor, b: torch.Tensor, config: dict | None = None):
     M, K = a.shape
     N = b.shape[1]
     pad = pads_b(M, b)
-    b_run = padded_to_lines(b) if pad else b
+    # The copy of B, built once for this shape and kept by `run` (matmul_pack).
+    copy = packer(None, 0, b, N, CACHE_LINE) if pad else (lambda a, b: (a, b))
+    b_run = copy(None, b)[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     sms = sm_count(a.device)
     grid = grid_for(M, N, sms)
@@ -287,7 +286,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, config: dict | None = None):
     programs = grid({"BLOCK_M": chosen["BLOCK_M"], "BLOCK_N": chosen["BLOCK_N"]})
 
     def run(a, b):
-        b = padded_to_lines(b) if pad else b
+        b = copy(None, b)[1]
         out = torch.empty((M, N), device=a.device, dtype=a.dtype)
         use_scratch_allocator()
         if compiled is None:                  # the interpreter compiles nothing

@@ -32,6 +32,8 @@ import json
 import torch
 import triton
 
+from .matmul_pack import packer  # noqa: F401 (the plans' copy, re-exported)
+
 LINE = 128          # bytes in one line of L2
 VECTOR = 16         # bytes in one vectorised load
 
@@ -42,16 +44,6 @@ def on_rows_of(t: torch.Tensor, row_bytes: int) -> bool:
         return False
     return t.shape[0] <= 1 or ((t.stride(0) * t.element_size()) % row_bytes == 0
                                and t.data_ptr() % row_bytes == 0)
-
-
-def row_padded(x: torch.Tensor, cols: int, row_bytes: int = VECTOR) -> torch.Tensor:
-    """``x`` copied into rows that start every ``row_bytes`` bytes, returned as a view of
-    ``cols`` columns (``cols >= x.shape[1]``; the columns past ``x``'s are left unset)."""
-    per_row = row_bytes // x.element_size()
-    out = torch.empty((x.shape[0], triton.cdiv(cols, per_row) * per_row), device=x.device,
-                      dtype=x.dtype)
-    out[:, :x.shape[1]] = x
-    return out[:, :cols]
 
 
 def time_plan(run, a: torch.Tensor, b: torch.Tensor) -> float:

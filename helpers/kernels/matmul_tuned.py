@@ -320,11 +320,8 @@ def _build(a, b, kernel, config, row_bytes, verify=True):
         return None                     # C's rows would not be 16-byte aligned
     pad_a, pad_b, _ = _needs_padding(a, b, row_bytes)
 
-    def prepare(a, b):
-        a = plans.row_padded(a, a.shape[1], row_bytes) if pad_a else a
-        b = plans.row_padded(b, b.shape[1], row_bytes) if pad_b else b
-        return a, b
-
+    prepare = plans.packer(a if pad_a else None, a.shape[1], b if pad_b else None,
+                           b.shape[1], row_bytes)
     a_run, b_run = prepare(a, b)
     if not persistent.usable(a_run, b_run)[0]:
         return None
@@ -341,11 +338,7 @@ def _v6_plan(a, b, config, row_bytes, keep, verify=True):
     N = b.shape[1]
     pad_a, pad_b, n_padded = _needs_padding(a, b, row_bytes)
 
-    def prepare(a, b):
-        a = plans.row_padded(a, K, row_bytes) if pad_a else a
-        b = plans.row_padded(b, n_padded, row_bytes) if pad_b else b
-        return a, b
-
+    prepare = plans.packer(a if pad_a else None, K, b if pad_b else None, n_padded, row_bytes)
     a_run, b_run = prepare(a, b)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if config is not None:
