@@ -278,8 +278,12 @@ def test_record_every_output_is_correct(rec):
 
 
 def test_record_tuned_settings_fit_and_come_from_the_space(rec):
+    # v6's rows against v6's space; the persistent kernel's rows have their own space (the
+    # next test).
     space = [{k: c[k] for k in mt.KEYS} for c in rec.results["space"]]
     for s in rec.results["shapes"]:
+        if s["tuned_kernel"] != "v6":
+            continue
         c = s["tuned_config"]
         assert c in space, f"{s['label']}: {c} is not in the recorded space"
         dtype = torch.float16 if s["dtype"] == "fp16" else torch.bfloat16
@@ -309,6 +313,7 @@ def test_record_persistent_kernel_only_where_the_tma_takes_the_operands(rec):
         assert mp.usable(a, b)[0], (s["label"], s["dtype"], mp.usable(a, b)[1])
         kept = {**s["tuned_config"], **s["tuned_options"]}
         assert {k: kept[k] for k in mp.KEYS} in space, (s["label"], s["dtype"], kept)
+        assert mp.shared_memory_bytes(kept, dtype) <= mt.H100_SHARED_MEMORY, (s["label"], kept)
     rows = plots.kernel_choice_rows(rec)
     assert len(rows) == len(rec.results["shapes"]) and all(r["tiles per SM"] > 0 for r in rows)
 
