@@ -10,10 +10,11 @@ row is 2,000 bytes, 16 lines less 48 bytes) makes each 128-byte piece of it stra
 lines of L2, and a row that does not even start on 16 bytes (K = 1999) rules out 16-byte
 loads altogether. Measured on an H100 80GB HBM3 (fp16, the tuned kernels, triton 3.6):
 2047 x 4097 x 1023 took 101 us as given and 38 us with A and B copied into rows of whole
-lines, 3000 x 5000 x 2500 229 us against 128 us. The copies cost a pass over A and B each,
-which pays for big products and not for small ones (1000^3: 12.8 us on whole lines, 16.5
-us as given, but the copies took longer than the difference). Hence no rule: both layouts
-are candidates, and the clock decides.
+lines, 3000 x 5000 x 2500 229 us against 128 us (kernels alone). The copies
+(:mod:`~helpers.kernels.matmul_pack`: both operands in one launch) cost a pass over A and B,
+which pays for big products and not for the smallest: at 1000^3, v6 alone took 11.6 us on
+whole lines (cuBLAS: 11.5 us) against 16.3 us as given, but the copy of both operands took
+about 8 us. Hence no rule: both layouts are candidates, and the clock decides.
 
 **Decisions on disk.** Triton's autotuner keeps its timings on disk (``cache_results``), so
 a new process skips the search; but choosing between candidate plans still means loading
