@@ -185,3 +185,14 @@ def test_compiled_autotuned_and_lean_launches(shape, dtype):
     assert torch.equal(first, again), f"the direct launch differs from the first {shape}"
     c, d = product(*shape, dtype, seed=1)
     assert_product(mt.matmul_tuned(c, d), c, d, f"new inputs through the plan {shape}")
+
+
+def test_sizes_past_32_bit_offsets_get_a_clear_error():
+    from helpers.kernels import checks
+    with pytest.raises(ValueError, match="32-bit offsets"):
+        checks.check_32bit_offsets(torch.empty(65536, 32768, device="meta"), "a")
+    checks.check_32bit_offsets(torch.empty(65536, 32767, device="meta"), "a")   # 2^31 - 65536
+    a = torch.zeros(65536, 16, dtype=torch.float16).to(DEVICE)     # A and B are small,
+    b = torch.zeros(16, 32768, dtype=torch.float16).to(DEVICE)     # C has 2^31 elements
+    with pytest.raises(ValueError, match="the product C spans"):
+        mt.matmul_tuned(a, b)

@@ -33,6 +33,18 @@ def check_tensor(x, name: str, *, dtypes=None, ndim: int | None = None,
                          f"indexes it as one flat array. Pass {name}.contiguous().")
 
 
+def check_32bit_offsets(x, name: str) -> None:
+    """Kernels that compute ``row * stride + col`` in 32-bit integers (Triton's default for
+    ``tl.arange`` and small arguments) reach at most 2^31 - 1 elements past the base: a
+    larger tensor would wrap around to wrong addresses, so it gets an error instead."""
+    span = 1 + sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride())
+                   if size > 0)
+    if span > 2**31 - 1:
+        raise ValueError(f"{name} spans {span:,} elements, past the 2^31 - 1 that this kernel's "
+                         "32-bit offsets reach. Split the work into blocks (rows of A and C), "
+                         "or use torch.matmul for this size.")
+
+
 def check_same_shape(a, b, names: str) -> None:
     if a.shape != b.shape:
         raise ValueError(f"{names} must have the same shape, got {tuple(a.shape)} and "

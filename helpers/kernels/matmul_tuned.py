@@ -28,7 +28,7 @@ import triton.language as tl
 
 from .. import runtime
 from ..dtypes import FLOAT_DTYPES
-from .checks import check_tensor
+from .checks import check_32bit_offsets, check_tensor
 from . import matmul_persistent as persistent
 from . import matmul_plan as plans
 from .matmul_space import (CONFIG_SPACE, H100_SHARED_MEMORY, KEYS,  # noqa: F401 (re-exported)
@@ -251,6 +251,9 @@ def _check(a, b) -> None:
         raise ValueError(f"cannot multiply {tuple(a.shape)} {a.dtype} by {tuple(b.shape)} "
                          f"{b.dtype}: A is M x K, B is K x N, one dtype")
     runtime.check_dot_dtype(a.dtype)
+    check_32bit_offsets(a, "a")
+    check_32bit_offsets(b, "b")
+    check_32bit_offsets(torch.empty((a.shape[0], b.shape[1]), device="meta"), "the product C")
 
 
 def _first_call(a, b, config, key) -> torch.Tensor:
