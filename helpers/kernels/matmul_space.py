@@ -83,9 +83,11 @@ def fits(config: dict, dtype=torch.float16, shared_memory: int = H100_SHARED_MEM
 def useful(config: dict, M: int, N: int, K: int, sms: int = 132) -> tuple[bool, str]:
     """Whether a setting that fits is worth timing for this shape."""
     if config["BLOCK_M"] > max(16, triton.next_power_of_2(M)):
-        return False, f"BLOCK_M {config['BLOCK_M']} is more than twice M = {M}: mostly padding"
+        return False, (f"BLOCK_M {config['BLOCK_M']} is past M = {M} rounded up to a power of "
+                       f"two ({max(16, triton.next_power_of_2(M))}): mostly padding")
     if config["BLOCK_N"] > max(32, triton.next_power_of_2(N)):
-        return False, f"BLOCK_N {config['BLOCK_N']} is more than twice N = {N}: mostly padding"
+        return False, (f"BLOCK_N {config['BLOCK_N']} is past N = {N} rounded up to a power of "
+                       f"two ({max(32, triton.next_power_of_2(N))}): mostly padding")
     if M > 256 and config["BLOCK_M"] < 64:
         return False, f"BLOCK_M {config['BLOCK_M']} reuses each value of B too few times for M = {M}"
     if config["SPLIT_K"] > 1:
