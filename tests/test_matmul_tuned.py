@@ -9,6 +9,8 @@ autotuned, lean launches included.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -165,6 +167,24 @@ def test_shapes_share_a_tuning_by_power_of_two_buckets():
     assert mt.shape_key(1, 1000, 4096) == (16, 1024, 4096)
     assert mt.shape_key(300, 1024, 1025) == (512, 1024, 2048)
     assert mt.bucket(16) == 16 and mt.bucket(17) == 32
+
+
+def test_the_runner_up_is_the_second_best_timing_of_the_key_just_tuned():
+    best, second, third = mt.triton_configs([mt._config(64, 64, 128, 8, 4, 4),
+                                             mt._config(64, 64, 128, 4, 4, 4),
+                                             mt._config(128, 128, 64, 1, 8, 4)])
+    timings = {third: [3.0, 2.9, 3.1], best: [1.0, 0.9, 1.1], second: [1.5, 1.4, 1.6]}
+    tuner = types.SimpleNamespace(cache={"old key": third, "new key": best},
+                                  configs_timings=timings)
+    got = mt.runner_up(tuner, known={"old key"})
+    assert got == mt._config(64, 64, 128, 4, 4, 4), got
+    # Nothing learned by this call, timings that belong to another key, or a single
+    # setting timed: no second opinion.
+    assert mt.runner_up(tuner, known={"old key", "new key"}) is None
+    other = types.SimpleNamespace(cache={"new key": third}, configs_timings=timings)
+    assert mt.runner_up(other, known=set()) is None
+    alone = types.SimpleNamespace(cache={"new key": best}, configs_timings={best: 1.0})
+    assert mt.runner_up(alone, known=set()) is None
 
 
 def test_lesson_04s_matmul_runs_the_tuned_kernel():
