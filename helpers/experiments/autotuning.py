@@ -156,7 +156,9 @@ def _child_seconds(mode: str) -> float:
 
 def _tuning_time(cold_s: float, repeats: int = 9) -> dict:
     """Cold (this process), then fresh processes in turn, tuned and untuned: the median
-    of ``repeats`` each (one fresh process takes under a second, and varies by 20 %)."""
+    of ``repeats`` each (one fresh process takes under a second, and varies by 20 %), and
+    every run, pair by pair, for the median of the pairs' ratios
+    (:func:`helpers.plots.autotuning.cached_over_untuned`)."""
     cached, untuned = [], []
     for _ in range(repeats):
         cached.append(_child_seconds("tuned"))
@@ -165,8 +167,8 @@ def _tuning_time(cold_s: float, repeats: int = 9) -> dict:
             "untuned_s": statistics.median(untuned), "cached_runs_s": cached,
             "untuned_runs_s": untuned,
             "note": "cold: first calls in this process (search and compile); cached and "
-                    "untuned: medians over fresh processes on the same cache, in turn, "
-                    "imports excluded"}
+                    "untuned: medians over fresh processes on the same cache, in turn "
+                    "(pairs of runs), imports excluded"}
 
 
 def launch_overhead(calls: int = 2000) -> dict:

@@ -320,9 +320,9 @@ def runner_up(tuner, known: set) -> dict | None:
 
     A second opinion on the tuner's pick. Each setting is timed once, and a GPU that slows
     for a moment while one setting is timed can hand the win to another: in one recorded
-    H100 run the tuner kept split-K 4 at 256 x 256 x 16384 fp16 (21.6 us), where split-K 8
-    took 19.2-19.9 us in every later run. Timing the runner-up as a whole plan beside the
-    winner costs one more measurement and catches that.
+    H100 run the tuner kept split-K 4 at 256 x 256 x 16384 fp16 (21.6 us as a plan), where
+    later runs on an H100 timed split-K 8 at 19.2 us and split-K 4 at 21.4 us. Timing the
+    runner-up as a whole plan beside the winner costs one more measurement and catches that.
     """
     new = [key for key in tuner.cache if key not in known]
     timings = getattr(tuner, "configs_timings", None) or {}

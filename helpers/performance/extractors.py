@@ -176,11 +176,12 @@ def autotuning(rec) -> list[Row]:
     cached, untuned = (Value(t[f"{k}_s"], "s", low=min(t[f"{k}_runs_s"]),
                              high=max(t[f"{k}_runs_s"])) for k in ("cached", "untuned"))
     rows.append(ctx.row(f"{TUNED}: a fresh process, tuning cache on disk",
-                        f"every call of the sweep ({sweep}); median of "
-                        f"{len(t['cached_runs_s'])} processes",
+                        f"every call of the sweep ({sweep}); medians of "
+                        f"{len(t['cached_runs_s'])} processes, ratio: median of the pairs",
                         "a fresh process with lesson 04's setting (never tunes)", cached, untuned,
-                        ratio_of(cached.number, untuned.number),
-                        verdicts=[("tuning_cache", lambda r: r.ours.number / r.base.number)]))
+                        1 / autotuning_plots.cached_over_untuned(t.value),
+                        verdicts=[("tuning_cache",
+                                   lambda r: autotuning_plots.cached_over_untuned(t.value))]))
     return rows
 
 
