@@ -140,10 +140,14 @@ def test_sweep_table_geomeans_and_figures_name_their_source():
     assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel() and ax.get_legend()
     assert _source_on(ax.figure, rec)
     matplotlib.pyplot.close(ax.figure)
-    fig = plots.plot_costs([rec, _fixture("H200")])
-    assert all(ax.get_title() and ax.get_xlabel() and ax.get_legend() for ax in fig.axes)
-    assert _source_on(fig, rec)
-    matplotlib.pyplot.close(fig)
+    for panels in (("tuning", "host"), ("tuning",), ("host",)):
+        fig = plots.plot_costs([rec, _fixture("H200")], panels)
+        assert len(fig.axes) == len(panels)
+        assert all(ax.get_title() and ax.get_xlabel() and ax.get_legend() for ax in fig.axes)
+        assert _source_on(fig, rec)
+        matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match="choose from"):
+        plots.plot_costs([rec], ("tuning", "hosts"))
 
 
 def test_targets_name_the_shortfall():

@@ -358,41 +358,51 @@ def launch_rows(rec) -> list[dict]:
              "x the GPU time": lo[key] / lo["gpu_us"]} for key, name in LAUNCHERS if key in lo]
 
 
-def plot_costs(recs):
-    """Left: seconds to run the sweep's first calls cold, cached, never tuned. Right: host
-    time per call at a tiny shape against the kernel's GPU time."""
+def plot_costs(recs, panels=("tuning", "host")):
+    """``"tuning"``: seconds to run the sweep's first calls cold, cached, never tuned.
+    ``"host"``: host time per call at a tiny shape against the kernel's GPU time."""
     import numpy as np
 
-    recs = list(recs)
-    fig, (left, right) = new_figure((13, 4.2), ncols=2)
+    recs, panels = list(recs), tuple(panels)
+    if not panels or set(panels) - {"tuning", "host"}:
+        raise ValueError(f"panels={panels!r}: choose from 'tuning' and 'host'")
+    fig, axes = new_figure((6.5 * len(panels), 4.2), ncols=len(panels), squeeze=False)
+    ax = dict(zip(panels, axes[0]))
     w = 0.8 / len(recs)
+    source = "\n".join(r.label for r in recs)      # a line per record: the panel keeps its width
     for k, rec in enumerate(recs):
-        t = rec.results.get("tuning_time", {})
-        parts = [("cold (search + compile)", "cold_s"), ("cached (disk)", "cached_s"),
-                 ("never tunes", "untuned_s")]
-        left.bar(np.arange(3) + (k - (len(recs) - 1) / 2) * w,
-                 [t.get(key, np.nan) for _, key in parts], width=w, color=f"C{k}",
-                 label=gpu_key(rec))
-        rows = launch_rows(rec)
-        pos = np.arange(len(rows)) + (k - (len(recs) - 1) / 2) * w
-        right.barh(pos, [r["host us per call"] for r in rows], height=w, color=f"C{k}",
-                   label=f"host time, {gpu_key(rec)}")
-        right.axvline(rec.results["launch_overhead"]["gpu_us"], color=f"C{k}", ls="--", lw=1,
-                      label=f"the kernel's GPU time, {gpu_key(rec)}")
-    left.set_xticks(range(3))
-    left.set_xticklabels([p[0] for p in parts], fontsize=8)
-    left.set_yscale("log")
-    shape = "x".join(map(str, recs[0].results["launch_overhead"]["shape"]))
-    right.set_yticks(range(len(LAUNCHERS)))
-    right.set_yticklabels([name for _, name in LAUNCHERS], fontsize=8)
-    right.invert_yaxis()
-    source = "; ".join(r.label for r in recs)
-    finish(left, title="First calls of the whole sweep", xlabel="process",
-           ylabel="seconds (log scale)", source=source)
-    finish(right, title=f"One call at {shape}: host time", xlabel="microseconds per call",
-           ylabel="launcher", source=source)
+        offset = (k - (len(recs) - 1) / 2) * w
+        if "tuning" in ax:
+            t = rec.results.get("tuning_time", {})
+            ax["tuning"].bar(np.arange(3) + offset, [t.get(key, np.nan) for _, key in COSTS],
+                             width=w, color=f"C{k}", label=gpu_key(rec))
+        if "host" in ax:
+            rows = launch_rows(rec)
+            ax["host"].barh(np.arange(len(rows)) + offset, [r["host us per call"] for r in rows],
+                            height=w, color=f"C{k}", label=f"host time, {gpu_key(rec)}")
+            ax["host"].axvline(rec.results["launch_overhead"]["gpu_us"], color=f"C{k}", ls="--",
+                               lw=1, label=f"the kernel's GPU time, {gpu_key(rec)}")
+    if "tuning" in ax:
+        ax["tuning"].set_xticks(range(3))
+        ax["tuning"].set_xticklabels([name for name, _ in COSTS], fontsize=8)
+        ax["tuning"].set_yscale("log")
+        finish(ax["tuning"], title="First calls of the whole sweep", xlabel="process",
+               ylabel="seconds (log scale)", source=source)
+    if "host" in ax:
+        shape = "x".join(map(str, recs[0].results["launch_overhead"]["shape"]))
+        ax["host"].set_yticks(range(len(LAUNCHERS)))
+        ax["host"].set_yticklabels([name for _, name in LAUNCHERS], fontsize=8)
+        ax["host"].invert_yaxis()
+        finish(ax["host"], title=f"One call at {shape}: host time",
+               xlabel="microseconds per call", ylabel="launcher", source=source)
+        ax["host"].legend(fontsize=8, loc="lower right")   # clear of the longest bars
     fig.tight_layout()
     return fig
+
+
+# The tuning-cost panel's bars: (label, field of the record's tuning_time).
+COSTS = [("cold (search + compile)", "cold_s"), ("cached (disk)", "cached_s"),
+         ("never tunes", "untuned_s")]
 
 
 def split_k_rows(rec) -> list[dict]:
