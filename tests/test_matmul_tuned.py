@@ -47,7 +47,8 @@ def assert_product(c, a, b, what):
     want = a.float() @ b.float()
     assert c.shape == want.shape and c.dtype == a.dtype and c.is_contiguous(), what
     err = ((c.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
-    assert err <= TOLERANCE.get(a.dtype, 2e-2), f"{what}: worst error {err:.2e} of the largest output"
+    assert err <= TOLERANCE.get(a.dtype, 2e-2), \
+        f"{what}: worst error {err:.2e} of the largest output"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)

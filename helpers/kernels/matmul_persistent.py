@@ -243,8 +243,9 @@ _TUNED_MS: dict = {}
 def tuned_ms(tuner, args: tuple, kwargs: dict | None = None) -> float:
     """The median time of the setting ``tuner`` chose for these arguments' key.
 
-    Read from the tuner's timings right after it tuned, and remembered: a key it already knew brings no timings of its own. Infinite
-    when unknown, so that a comparison keeps the other kernel.
+    Read from the tuner's timings right after it tuned, and remembered: a key it already
+    knew brings no timings of its own. Infinite when unknown, so that a comparison keeps
+    the other kernel.
     """
     given = {**dict(zip(tuner.arg_names, args)), **(kwargs or {})}   # the tuner's own key
     key = tuple([given[k] for k in tuner.keys if k in given]
