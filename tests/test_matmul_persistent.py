@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 import helpers
 from helpers.kernels import matmul_persistent as mp
 from helpers.kernels import matmul_tuned as mt
+from helpers.kernels import matmul_tma_launch as tma
 
 DEVICE = helpers.device()
 CONFIGS = {
@@ -77,6 +79,32 @@ def test_b_is_padded_only_when_misaligned_and_read_many_times():
     assert not mp.pads_b(4000, torch.empty(1000, 3072, dtype=torch.float16)), "whole lines"
 
 
+def test_a_direct_launch_is_refused_where_triton_is_not_the_one_it_calls():
+    class NotCompiled:                      # the interpreter's "compiled" kernel: nothing
+        run = None
+    assert tma.direct(NotCompiled(), (1, 1, 1), [[32, 32]]) is None
+    assert tma.direct(object(), (1, 1, 1), [[32, 32]]) is None
+
+
+def test_a_direct_launch_is_kept_only_when_it_gives_the_usual_product():
+    a, b = operands(16, 24, 32)
+    first = a.float() @ b.float()
+
+    def right(operands, args):
+        torch.matmul(operands[0].float(), operands[1].float(), out=operands[2])
+
+    def astray(operands, args):             # arguments gone astray: another product
+        torch.matmul(operands[0].float(), operands[1].float().flip(1), out=operands[2])
+
+    def broken(operands, args):
+        raise RuntimeError("launch failed")
+
+    assert mp._checked(right, (a, b), first, ()) is right
+    assert mp._checked(astray, (a, b), first, ()) is None
+    assert mp._checked(broken, (a, b), first, ()) is None
+    assert mp._checked(None, (a, b), first, ()) is None
+
+
 def test_every_candidate_fits_an_h100s_shared_memory():
     for config in mp.PERSISTENT_SPACE:
         used = mp.shared_memory_bytes(config, torch.bfloat16)
@@ -101,3 +129,21 @@ def test_compiled_autotuned_and_chosen(shape, dtype):
     assert_product(first, a, b, f"matmul_tuned {shape}")
     assert mt.last_choice(a, b)["kernel"] in ("v6", "persistent")
     assert torch.equal(mt.matmul_tuned(a, b), first), "the kept plan differs from the first call"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_kept_encodings_follow_every_new_tensor(dtype):
+    """The direct launch keeps descriptor encodings by address: fresh tensors (new
+    addresses, and freed addresses reused for other contents), more of them than it
+    keeps, and a padded B, each give their own product."""
+    for shape in ((1000, 1000, 1000), (2100, 1000, 512)):
+        a, b = operands(*shape, dtype)
+        c, run, chosen, _ = mp.launch(a, b, mp._config(128, 128, 64, 4, 4, flatten=True))
+        if triton.__version__.startswith("3.6"):
+            assert run.keeps_encodings, "triton 3.6: the direct launch should be in use"
+        for seed in range(tma.MAX_KEPT + 8):
+            a2, b2 = operands(*shape, dtype, seed=seed)
+            assert_product(run(a2, b2), a2, b2, f"direct launch {shape}, seed {seed}")
+            del a2, b2                      # the next pair may land on the same addresses
+        assert torch.equal(run(a, b), c), "the first operands again: another product"
