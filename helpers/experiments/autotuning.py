@@ -16,7 +16,8 @@
 * **launch_overhead**: host microseconds per call at a tiny shape, for the autotuned
   launcher, a direct launch, ``torch.matmul`` and a CUDA graph replay.
 
-Timings are medians of :func:`helpers.bench.time_ms` (cold L2) in this one process.
+Timings are medians of :func:`helpers.bench.time_ms` (cold L2) in this one process; in the
+sweep, cuBLAS and the tuned path are timed :data:`ROUNDS` times in turn.
 ``./course record autotuning`` writes ``helpers/records/autotuning__<gpu>.json``.
 """
 
@@ -53,6 +54,13 @@ HEATMAP_WARPS, HEATMAP_STAGES = (4, 8), (3, 4)
 # Lesson 04's best single setting (its ladder's top rung): 128 x 256 tiles, 8 warps.
 FIXED = mt._config(128, 256, 64, 1, 8, 3)
 OVERHEAD_SHAPE = (64, 64, 64)
+# cuBLAS and the tuned path are timed this many times in turn; a row keeps the median of
+# each one's medians. A cold-L2 timing hides a call's host work only while the GPU is busy
+# with the L2 flush before it (about 80 us on an H100). The persistent plan's host time is
+# the tuned path's largest, about 40 us a call on the machines recorded, and in a slow spell
+# of the host one do_bench of it read 33 us where the two before and after read 13 (H100,
+# 1000^3 bf16): a single median would have kept the spell.
+ROUNDS = 3
 
 
 def _flops(M, N, K) -> float:
@@ -122,8 +130,10 @@ def shapes() -> tuple[list[dict], float]:
                    "tuned_error": _error(c, a, b),
                    "fixed_error": _error(mt.matmul_tuned(a, b, config=FIXED), a, b),
                    **_choice(a, b)}
-            row["torch_ms"] = bench.time_ms(lambda: torch.matmul(a, b))
-            row["tuned_ms"] = bench.time_ms(lambda: mt.matmul_tuned(a, b))
+            turns = bench.time_rounds({"torch": lambda: torch.matmul(a, b),
+                                       "tuned": lambda: mt.matmul_tuned(a, b)}, rounds=ROUNDS)
+            for name in ("torch", "tuned"):
+                row[f"{name}_ms"], row[f"{name}_runs_ms"] = turns[name]["ms"], turns[name]["runs"]
             row["fixed_ms"] = bench.time_ms(lambda: mt.matmul_tuned(a, b, config=FIXED))
             row["tuned_vs_torch"] = row["torch_ms"] / row["tuned_ms"]
             row["tuned_vs_fixed"] = row["fixed_ms"] / row["tuned_ms"]
