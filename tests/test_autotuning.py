@@ -359,10 +359,6 @@ class TestPerformanceTargets:
         _h100(rec)
         _assert_met(rec, "tuned vs torch.matmul, geometric mean over the sweep")
 
-    # Missed on the committed H100 record: lesson 07's issue stays open on it. Strict, so
-    # that a record which meets the floor fails here until this mark is removed.
-    @pytest.mark.xfail(strict=True, reason="shapes off the tile grid stay below the floor on "
-                       "the H100 record: open work")
     def test_target_no_shape_below_the_floor(self, rec):
         _h100(rec)
         below = [f"{s['label']} {s['dtype']} {s['tuned_vs_torch']:.2f}x"
