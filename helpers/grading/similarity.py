@@ -27,6 +27,8 @@ import inspect
 import pkgutil
 import textwrap
 
+from .static import parse
+
 KERNEL_PACKAGE = "helpers.kernels"
 
 
@@ -61,7 +63,7 @@ class _Renamer(ast.NodeTransformer):
 def normal_form(source: str) -> str | None:
     """The first function in ``source``, renamed and stripped; None if it does not parse."""
     try:
-        tree = ast.parse(textwrap.dedent(source))
+        tree = parse(textwrap.dedent(source))
     except SyntaxError:
         return None
     fn = _function(tree)

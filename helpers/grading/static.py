@@ -42,10 +42,24 @@ INTROSPECTION = {"ctypes": "ctypes", "meta_path": "sys.meta_path", "settrace": "
 HIDDEN = ("exec", "eval", "compile")
 
 
+def parse(source: str) -> ast.Module:
+    """``ast.parse``, tried once more on CPython's spurious ``SystemError: AST constructor
+    recursion depth mismatch`` (python/cpython#106905, fixed in 3.11.8 and 3.12.1): an
+    error path of the AST constructor forgets its depth count, which a process with other
+    threads (the grader's Jupyter client) meets now and then. Seen once in the course's
+    test suite on 3.11.7, where it failed a whole grading; the same source parses again."""
+    try:
+        return ast.parse(source)
+    except SystemError as err:
+        if "recursion depth mismatch" not in str(err):
+            raise
+        return ast.parse(source)
+
+
 def _parse(cells):
     for number, source in cells:
         try:
-            yield number, ast.parse(_python(source))
+            yield number, parse(_python(source))
         except SyntaxError:
             continue
 

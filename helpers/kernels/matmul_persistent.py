@@ -118,8 +118,8 @@ def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: dict)
     and fences them before its first load: measured on an H100 80GB HBM3 (1000^3 fp16, one
     setting: 128 x 128 x 64 tiles, 4 warps, 4 stages, triton 3.6), 12.9 us of GPU time
     against 10.2 us with host-side ones; cuBLAS took 8.8 us. The host pays instead: building
-    and encoding three descriptors took about 17 us a call there, so :func:`launch`'s
-    ``run`` keeps their encodings between calls (:mod:`matmul_tma_launch`).
+    and encoding three descriptors took about 17 us a call on that machine (bf16), so
+    :func:`launch`'s ``run`` keeps their encodings between calls (:mod:`matmul_tma_launch`).
     """
     box_a, box_b, box_c = boxes(config)
     return (TensorDescriptor(a, list(a.shape), [a.stride(0), 1], box_a),

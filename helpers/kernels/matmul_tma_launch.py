@@ -3,15 +3,15 @@ paying for the descriptors on every call.
 
 A kernel argument that is a :class:`~triton.tools.tensor_descriptor.TensorDescriptor`
 costs the host three things per call before the launch itself: building the Python
-object (which checks alignment and box sizes), and Triton encoding it into the 128-byte
+object (which checks alignment and box sizes), Triton encoding it into the 128-byte
 ``CUtensorMap`` the TMA unit reads (``cuTensorMapEncodeTiled``), and unpacking it into
 the launcher's arguments. Measured on an H100 80GB HBM3 machine (triton 3.6, the
-persistent matmul at 1000^3 fp16, a loop of 1000 calls): 47 us of host
-time per call with three descriptors, 30 us with their encodings kept, 26 us for the
-pointer-based v6 kernel and 21 us for ``torch.matmul``. The GPU needs 10-13 us for that
-product: back-to-back calls run at the host's pace, and a benchmark that flushes L2
-between calls hides the host only while the flush lasts longer (81 us on that H100,
-less on an H200, whose memory is faster).
+persistent matmul at 1000^3 bf16, a loop of 1000 calls): 47 us of host time per call with
+three descriptors, 30 us with their encodings kept, 27 us for the pointer-based v6 kernel
+and 22 us for ``torch.matmul``. The GPU needs about 10 us for that product: back-to-back
+calls run at the host's pace, and a benchmark that flushes L2 between calls hides the host
+only while the flush lasts longer (81 us on that H100, less on an H200, whose memory is
+faster).
 
 An encoding depends only on the tensor's address, shape, strides, dtype and the box, so
 :func:`direct` keeps one per tensor it has seen and encodes only a new one. It calls
