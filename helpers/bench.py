@@ -24,6 +24,7 @@ import torch
 import triton.testing
 
 from . import runtime
+from .dtypes import dtype_key
 
 
 def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> float:
@@ -224,3 +225,42 @@ def compare(
         peak_tflops=gpu.peak(dtype) if (gpu and dtype is not None and flops) else None,
         source=f"measured now on {torch.cuda.get_device_name()}",
     )
+
+
+# --------------------------------------------------------------------------------------
+# Probes: the two ceilings of the GPU in hand, measured (helpers.hardware holds the
+# datasheet figures they are compared with).
+# --------------------------------------------------------------------------------------
+
+
+def measure_copy_bandwidth(nbytes: int = 2 << 30) -> dict:
+    """Copy a large buffer device-to-device; count bytes read plus bytes written.
+
+    A copy is the simplest memory-bound kernel: every byte is read once and written
+    once, no arithmetic. What it reaches is the practical ceiling for any kernel that
+    streams memory. 2 GiB is far larger than any L2, so the cache cannot help.
+    """
+    runtime.require_gpu("measuring copy bandwidth")
+    n = nbytes // 4
+    src = torch.randn(n, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    assert torch.equal(dst, src), "copy probe produced a wrong result"
+    moved = 2 * n * 4
+    return {"bytes": moved, "ms": ms, "gbps": gbps(moved, ms)}
+
+
+def measure_matmul_tflops(n: int = 8192, dtype=None) -> dict:
+    """Time an ``n x n x n`` matrix product through cuBLAS (torch.matmul) on random data.
+
+    Random, not zeros: tensor cores draw less power on zeros and can run faster than
+    they will on real data.
+    """
+    runtime.require_gpu("measuring matmul throughput")
+    dtype = dtype or torch.bfloat16
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    ms = time_ms(lambda: torch.matmul(a, b))
+    flops = 2 * n**3
+    return {"n": n, "dtype": dtype_key(dtype), "flops": flops, "ms": ms,
+            "tflops": tflops(flops, ms)}

@@ -11,8 +11,9 @@ Units, everywhere in the course: bandwidth in GB/s (10^9 bytes per second), thro
 in TFLOP/s (10^12 floating-point operations per second, one multiply-add = 2 FLOPs),
 capacities in KiB/MiB/GiB (powers of two) as vendors state them for on-chip memories.
 
-The probes at the bottom measure the two ceilings that matter on the GPU you have:
-copy bandwidth and matrix-multiply throughput.
+This module is data and detection only: it times nothing. The probes that measure the
+two ceilings on the GPU you have (copy bandwidth, matrix-multiply throughput) are in
+:mod:`helpers.bench`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import bench, runtime
+from . import runtime
 from .dtypes import DTYPES, dtype_key  # the short names of the peak-throughput columns
 
 
@@ -237,41 +238,3 @@ def current_gpu() -> GPUSpec | None:
 def current_or(default_key: str = "H100-SXM") -> GPUSpec:
     """The GPU in use if the table knows it, else ``default_key`` (used in CPU mode)."""
     return current_gpu() or GPUS[default_key]
-
-
-# --------------------------------------------------------------------------------------
-# Probes: the two ceilings, measured on this GPU.
-# --------------------------------------------------------------------------------------
-
-
-def measure_copy_bandwidth(nbytes: int = 2 << 30) -> dict:
-    """Copy a large buffer device-to-device; count bytes read plus bytes written.
-
-    A copy is the simplest memory-bound kernel: every byte is read once and written
-    once, no arithmetic. What it reaches is the practical ceiling for any kernel that
-    streams memory. 2 GiB is far larger than any L2, so the cache cannot help.
-    """
-    runtime.require_gpu("measuring copy bandwidth")
-    n = nbytes // 4
-    src = torch.randn(n, device="cuda", dtype=torch.float32)
-    dst = torch.empty_like(src)
-    ms = bench.time_ms(lambda: dst.copy_(src))
-    assert torch.equal(dst, src), "copy probe produced a wrong result"
-    moved = 2 * n * 4
-    return {"bytes": moved, "ms": ms, "gbps": bench.gbps(moved, ms)}
-
-
-def measure_matmul_tflops(n: int = 8192, dtype=None) -> dict:
-    """Time an ``n x n x n`` matrix product through cuBLAS (torch.matmul) on random data.
-
-    Random, not zeros: tensor cores draw less power on zeros and can run faster than
-    they will on real data.
-    """
-    runtime.require_gpu("measuring matmul throughput")
-    dtype = dtype or torch.bfloat16
-    a = torch.randn(n, n, device="cuda", dtype=dtype)
-    b = torch.randn(n, n, device="cuda", dtype=dtype)
-    ms = bench.time_ms(lambda: torch.matmul(a, b))
-    flops = 2 * n**3
-    return {"n": n, "dtype": dtype_key(dtype), "flops": flops, "ms": ms,
-            "tflops": bench.tflops(flops, ms)}

@@ -17,7 +17,7 @@ import torch
 import helpers
 from helpers import bounds, records
 from helpers.kernels import attention as A
-from helpers.kernels import attention_forward
+from helpers.kernels.attention import forward as attention_forward
 
 from support import assert_close as _assert_close
 

@@ -19,9 +19,9 @@ import torch
 
 from helpers import records, runtime
 from helpers.experiments import autotuning as experiment
-from helpers.kernels import matmul_persistent as mp
-from helpers.kernels import matmul_plan as plans
-from helpers.kernels import matmul_tuned as mt
+from helpers.kernels.matmul import persistent as mp
+from helpers.kernels.matmul import plan as plans
+from helpers.kernels.matmul import tuned as mt
 from helpers.plots import autotuning as plots
 from helpers.records import Record
 

@@ -14,7 +14,7 @@ import torch
 
 import helpers  # noqa: F401 - CPU mode first, as in the notebooks
 from helpers import compiled, hardware, intensity, records
-from helpers.kernels import matmul_ladder as ml
+from helpers.kernels.matmul import ladder as ml
 
 H100 = hardware.GPUS["H100-SXM"]
 N = 4096

@@ -11,7 +11,7 @@ import torch
 from helpers import records
 from helpers.experiments import autotuning as experiment
 from helpers.exercises import autotuning as ex
-from helpers.kernels import matmul_tuned as mt
+from helpers.kernels.matmul import tuned as mt
 from support import assert_unanswered
 from test_autotuning import _fixture
 

@@ -281,7 +281,7 @@ def test_a_layer_that_borrows_the_course_is_refused():
         return moe.moe_forward(x, w, top_k)
 
     (fb,) = graded.check_layer({"moe_layer": course_forward})
-    assert not fb.passed and "the course's helpers.kernels.moe_grouped.grouped_gemm" \
+    assert not fb.passed and "the course's helpers.kernels.moe.grouped.grouped_gemm" \
         in fb.message, fb
     (fb,) = graded.check_layer({"moe_layer": moe.moe_loop})
     assert not fb.passed and "calls the course's helpers.kernels.moe.route" in fb.message, fb
@@ -300,7 +300,7 @@ def test_unanswered_parts_say_not_implemented():
 
 def speed_raw(yours, loop=10.0, **extra):
     return {"gpu": "a GPU", "error": 5e-3, "yours": yours, "loop": loop, "own": 3,
-            "others": ["helpers.kernels.moe_grouped.combine_kernel"], **extra}
+            "others": ["helpers.kernels.moe.grouped.combine_kernel"], **extra}
 
 
 def test_the_speed_judge_wants_2x_on_the_learners_own_kernel():
@@ -309,7 +309,7 @@ def test_the_speed_judge_wants_2x_on_the_learners_own_kernel():
     fb = judge(speed_raw(6.0))
     assert not fb.passed and "1.67x" in fb.message and "No host sync" in fb.message
     assert "differs from moe.moe_loop" in judge(speed_raw(1.0, error=0.5)).message
-    borrowed = speed_raw(1.0, others=["helpers.kernels.moe_grouped.grouped_gemm_kernel"])
+    borrowed = speed_raw(1.0, others=["helpers.kernels.moe.grouped.grouped_gemm_kernel"])
     assert "your own kernel" in judge(borrowed).message
     assert "your own kernel" in judge(speed_raw(1.0, own=0)).message
 
@@ -364,7 +364,7 @@ def test_the_timed_part_collects_and_judges_the_solution_off_a_gpu(tmp_path, mon
     monkeypatch.setattr(bench, "time_ms", lambda f: next(times))
     raw = graded._collect_speed(vars(learner), 5)
     assert raw["own"] == 3 and raw["error"] < 1e-5, raw     # gate, up and down
-    assert raw["others"] == ["helpers.kernels.moe_grouped.combine_kernel"], raw
+    assert raw["others"] == ["helpers.kernels.moe.grouped.combine_kernel"], raw
     fb = SPEC.part("4b").judge(raw)
     assert fb.passed and "3.00x" in fb.message, fb
 

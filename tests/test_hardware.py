@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import hardware
+from helpers import bench, hardware
 from helpers.hardware import GPUS, lookup
 
 REQUIRED = ["T4", "L4", "A10G", "A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200",
@@ -101,7 +101,7 @@ def test_probes_refuse_to_run_without_a_gpu():
     if runtime.is_gpu():
         pytest.skip("running on a GPU")
     with pytest.raises(runtime.NeedsGPUError):
-        hardware.measure_copy_bandwidth()
+        bench.measure_copy_bandwidth()
 
 
 @pytest.mark.gpu
@@ -111,8 +111,8 @@ def test_probes_on_a_gpu_are_plausible():
     if not runtime.is_gpu():
         pytest.skip("needs a GPU")
     spec = hardware.current_gpu()
-    copy = hardware.measure_copy_bandwidth(1 << 28)
-    mm = hardware.measure_matmul_tflops(4096)
+    copy = bench.measure_copy_bandwidth(1 << 28)
+    mm = bench.measure_matmul_tflops(4096)
     assert copy["gbps"] > 0 and mm["tflops"] > 0
     if spec is not None:
         assert copy["gbps"] < 1.05 * spec.hbm_bandwidth_gbs

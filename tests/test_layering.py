@@ -47,9 +47,13 @@ KERNELS = sorted(n for n in MODULES if n.startswith("helpers.kernels."))
 
 @pytest.mark.parametrize("name", KERNELS)
 def test_kernels_import_only_torch_triton_and_their_helpers(name):
-    allowed = {"helpers.runtime", "helpers.dtypes", "helpers.kernels"}
+    # The napkin math and the GPU table are data and formulas: a tile setting may ask
+    # them what it costs and what fits, and they import nothing that measures or draws.
+    allowed = {"helpers.runtime", "helpers.dtypes", "helpers.kernels", "helpers.hardware",
+               "helpers.intensity"}
     ours = _under(_imports(name), "helpers")
-    stray = {n for n in ours if n not in allowed and not n.startswith("helpers.kernels.")}
+    stray = {n for n in ours if n not in allowed
+             and not n.startswith(("helpers.kernels.", "helpers.intensity."))}
     assert not stray, f"{name} imports {sorted(stray)}; kernels may import only {sorted(allowed)}"
     gui = _under(_imports(name), "matplotlib", "ipywidgets", "IPython")
     assert not gui, f"{name} imports {sorted(gui)}: kernels draw nothing"
@@ -63,6 +67,31 @@ def test_kernels_import_only_torch_triton_and_their_helpers(name):
 def test_what_measures_computes_or_grades_never_imports_plots(name):
     drawn = _under(_imports(name), "helpers.plots", "matplotlib", "ipywidgets")
     assert not drawn, f"{name} imports {sorted(drawn)}: experiments measure, plots draw"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("helpers.intensity")))
+def test_napkin_math_imports_only_the_dtypes(name):
+    # Kernels, exercises, plots and grading all import the napkin math, so it imports
+    # nothing of theirs.
+    ours = _under(_imports(name), "helpers", "torch", "triton")
+    stray = {n for n in ours if n != "helpers.dtypes" and not n.startswith("helpers.intensity")}
+    assert not stray, f"{name} imports {sorted(stray)}; the napkin math may import helpers.dtypes"
+
+
+def test_the_gpu_table_times_nothing():
+    # helpers.hardware is data (datasheets) and detection: the probes that time the GPU
+    # live in helpers.bench, so kernels may read the table.
+    ours = _under(_imports("helpers.hardware"), "helpers")
+    assert ours <= {"helpers.runtime", "helpers.dtypes"}, sorted(ours)
+
+
+@pytest.mark.parametrize("name", ["helpers.roofline"] + sorted(
+    n for n in MODULES if n.startswith("helpers.performance")))
+def test_models_and_the_report_never_import_plots(name):
+    # The roofline model and the performance report read records and targets; drawing
+    # and formatting figures is the plots' business.
+    drawn = _under(_imports(name), "helpers.plots", "matplotlib", "ipywidgets")
+    assert not drawn, f"{name} imports {sorted(drawn)}"
 
 
 def test_compiled_imports_only_the_standard_library_and_triton():

@@ -1,4 +1,4 @@
-"""helpers.kernels.matmul_epilogue: ``act(A @ B)`` in one kernel against the spec, with and
+"""helpers.kernels.matmul.epilogue: ``act(A @ B)`` in one kernel against the spec, with and
 without the activation, on shapes that are no multiple of any tile, on transposed and
 sliced inputs, and the launcher's checks.
 
@@ -11,7 +11,7 @@ import helpers  # noqa: I001 - first: it sets CPU mode before triton defines any
 import pytest
 import torch
 
-from helpers.kernels import matmul_epilogue as me
+from helpers.kernels.matmul import epilogue as me
 from helpers.runtime import InterpreterLimitationError
 from support import assert_close
 

@@ -1,4 +1,4 @@
-"""Lesson 07's persistent TMA matmul (helpers.kernels.matmul_persistent).
+"""Lesson 07's persistent TMA matmul (helpers.kernels.matmul.persistent).
 
 In CPU mode the kernel runs in Triton's interpreter, which reads and writes through the
 same descriptors (zero fill past the edges, stores clipped): products on shapes that are
@@ -15,9 +15,9 @@ import torch
 import triton
 
 import helpers
-from helpers.kernels import matmul_persistent as mp
-from helpers.kernels import matmul_tuned as mt
-from helpers.kernels import matmul_tma_launch as tma
+from helpers.kernels.matmul import persistent as mp
+from helpers.kernels.matmul import tuned as mt
+from helpers.kernels.matmul import tma_launch as tma
 
 DEVICE = helpers.device()
 CONFIGS = {

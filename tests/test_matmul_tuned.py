@@ -1,4 +1,4 @@
-"""Lesson 07's matmul kernel (helpers.kernels.matmul_tuned) against the fp32 product.
+"""Lesson 07's matmul kernel (helpers.kernels.matmul.tuned) against the fp32 product.
 
 Settings of every kind (small tiles, large tiles, split-K) on one-row, odd and
 larger-than-tile shapes, row- and column-major operands, the padded path for rows that are
@@ -16,8 +16,8 @@ import torch
 
 import helpers
 from helpers.kernels import matmul as mm
-from helpers.kernels import matmul_plan as plans
-from helpers.kernels import matmul_tuned as mt
+from helpers.kernels.matmul import plan as plans
+from helpers.kernels.matmul import tuned as mt
 
 DEVICE = helpers.device()
 CONFIGS = {

@@ -19,7 +19,7 @@ import torch
 
 import helpers
 from helpers.kernels import moe as M
-from helpers.kernels import moe_grouped as G
+from helpers.kernels.moe import grouped as G
 from helpers.runtime import InterpreterLimitationError
 
 from support import assert_close as _assert_close

@@ -1,4 +1,4 @@
-"""Lesson 08's expert parallelism (helpers.kernels.moe_parallel) against one process.
+"""Lesson 08's expert parallelism (helpers.kernels.moe.parallel) against one process.
 
 The ranks are started from the tests themselves (:func:`helpers.parallel.launch`): gloo
 on the CPU, each rank running the grouped GEMMs in Triton's interpreter; NCCL on GPUs.
@@ -21,7 +21,7 @@ import helpers
 from helpers import parallel, runtime
 from helpers.kernels import moe
 from helpers.experiments import moe_parallel as exp
-from helpers.kernels import moe_parallel as ep
+from helpers.kernels.moe import parallel as ep
 
 DEVICE = helpers.device()
 E, TOP_K, H, I = 8, 2, 32, 64

@@ -1,6 +1,6 @@
 """Checks for lesson 07 (autotuning): predict, then see the answer.
 
-The expected values come from :mod:`helpers.kernels.matmul_tuned` (the shared-memory and
+The expected values come from :mod:`helpers.kernels.matmul.tuned` (the shared-memory and
 register formulas, the buckets of its key) or from a record passed in (which setting won,
 what took longest): never from a typed-in number. A wrong answer that matches a classic
 slip (one pipeline stage counted, 2 bytes for fp32, threads forgotten, shapes not
@@ -17,7 +17,7 @@ import torch
 
 from ..dtypes import element_size
 from ..feedback import Feedback, check_choice, check_number
-from ..kernels import matmul_tuned as mt
+from ..kernels.matmul import tuned as mt
 from ..plots.autotuning import describe, heatmap, kernel_choice_rows
 
 

@@ -22,7 +22,7 @@ from ..experiments.moe import LOOP, OURS, router_logits, skewed_route
 from ..feedback import Feedback, check_choice, check_number
 from ..experiments.moe_parallel import LINK_GB_PER_S
 from ..kernels import moe
-from ..kernels import moe_parallel as ep
+from ..kernels.moe import parallel as ep
 from ..plots import moe as moe_plots
 from ..plots.explorer import Explorer, readout_box
 from ..plots.moe_routing import draw_tokens_per_expert
@@ -282,7 +282,7 @@ def ep_demo_rank(rank: int, world: int, sizes: dict = EP_DEMO) -> dict:
     """One rank of a tiny expert-parallel layer (start it with
     ``helpers.parallel.launch(ep_demo_rank, 2)``): every rank draws the same full weights
     and all ranks' tokens, keeps its shard of the experts and its own tokens, and runs both
-    versions of :mod:`helpers.kernels.moe_parallel`. Returns their largest difference from
+    versions of :mod:`helpers.kernels.moe.parallel`. Returns their largest difference from
     one process's ``moe_forward`` on all the tokens, and the rows it sent to each rank."""
     E, k, H, I, T = (sizes[n] for n in ("experts", "top_k", "hidden", "width",
                                          "tokens_per_rank"))

@@ -21,7 +21,7 @@ import triton
 
 from .. import bench, intensity
 from ..kernels import attention as ak
-from ..kernels import attention_backward as ab
+from ..kernels.attention import backward as ab
 from . import experiment
 
 BATCH, HEADS, SEQ, DTYPE = 4, 16, 8192, torch.bfloat16

@@ -1,6 +1,6 @@
 """Lesson 07's measurements: one matmul kernel, many settings, many shapes.
 
-* **heatmaps**: TFLOP/s of :func:`~helpers.kernels.matmul_tuned.matmul_kernel_v6` under
+* **heatmaps**: TFLOP/s of :func:`~helpers.kernels.matmul.tuned.matmul_kernel_v6` under
   every tile shape x warps x stages of :data:`HEATMAP_TILES` for four shapes (square,
   skinny, long K, off the tile grid), fp16: where the best setting sits, and how it moves.
 * **shapes**: :data:`SHAPES` (16 shapes: squares 1024-8192, M in {1, 16, 128} with large
@@ -32,7 +32,7 @@ import time
 import torch
 
 from .. import bench
-from ..kernels import matmul_tuned as mt
+from ..kernels.matmul import tuned as mt
 from . import experiment
 
 SHAPES = [
@@ -145,7 +145,7 @@ def shapes() -> tuple[list[dict], float]:
 
 _CHILD = """
 import sys, time, torch, helpers
-from helpers.kernels import matmul_tuned as mt
+from helpers.kernels.matmul import tuned as mt
 from helpers.experiments.autotuning import SHAPES, DTYPES, FIXED, _inputs
 fixed = sys.argv[1] == "fixed"
 start = time.perf_counter()

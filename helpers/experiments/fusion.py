@@ -33,7 +33,7 @@ import time
 import torch
 import triton
 
-from .. import bench, hardware, intensity
+from .. import bench, intensity
 from ..dtypes import torch_dtype
 from ..kernels import gelu as gk
 from ..kernels import rmsnorm as rk
@@ -331,7 +331,7 @@ def fusion() -> dict:
     """Every measurement of lesson 05 (under a minute on an H100 or H200, compiling included)."""
     start = time.perf_counter()
     torch._dynamo.config.recompile_limit = 64
-    out = {"device": _device_report(), "copy": hardware.measure_copy_bandwidth()}
+    out = {"device": _device_report(), "copy": bench.measure_copy_bandwidth()}
     out["softmax"] = _softmax_targets(SOFTMAX_DTYPES)
     out["softmax_long_rows"] = _softmax_long_rows()
     out["softmax_warps"] = _softmax_warps()

@@ -10,7 +10,7 @@
   beside ``torch.softmax`` and the fused Triton kernel.
 * ``epilogue``: a large matmul with ``leaky_relu`` after it, as two kernels (cuBLAS or
   Triton, then ``F.leaky_relu``) and as one (the activation in the Triton kernel's
-  epilogue, :mod:`helpers.kernels.matmul_epilogue`), at 2048^3 to 8192^3 in fp16, with the
+  epilogue, :mod:`helpers.kernels.matmul.epilogue`), at 2048^3 to 8192^3 in fp16, with the
   product alone and the activation pass alone for scale.
 * ``profile``: where the five-op softmax's time goes. ``torch.profiler`` times each of its
   kernels on the GPU (the L2 flushed before every call, as ``do_bench`` does), next to the
@@ -31,7 +31,7 @@ import torch
 
 from .. import bench, intensity, runtime
 from ..dtypes import torch_dtype
-from ..kernels import matmul_epilogue as me
+from ..kernels.matmul import epilogue as me
 from ..kernels import softmax as sk
 from ..launches import parse_inductor_code, trace
 from . import experiment

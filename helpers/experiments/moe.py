@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from .. import bench, runtime
 from ..dtypes import torch_dtype
 from ..kernels import moe
-from ..kernels import moe_grouped as mg
+from ..kernels.moe import grouped as mg
 from . import experiment
 from .attention import _failure, kernel_table
 

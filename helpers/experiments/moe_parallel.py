@@ -6,9 +6,9 @@ few large ones) and a few token counts per rank, every rank measures, in step wi
 others (a barrier before each run; a run lasts until the slowest rank is done, so the
 time kept is the largest over the ranks, then the median over runs):
 
-* ``sequential_ms``: :func:`~helpers.kernels.moe_parallel.ep_forward_sequential`, the
+* ``sequential_ms``: :func:`~helpers.kernels.moe.parallel.ep_forward_sequential`, the
   whole layer: route, exchange, experts, exchange back, combine;
-* ``overlapped_ms``: :func:`~helpers.kernels.moe_parallel.ep_forward_overlapped` with
+* ``overlapped_ms``: :func:`~helpers.kernels.moe.parallel.ep_forward_overlapped` with
   ``chunks`` slices, the all-to-alls running under the experts' GEMMs;
 * ``all_to_all_ms``: the token rows' all-to-all alone (same split sizes), and the GB/s it
   achieves on the bytes that leave each rank; ``experts_ms``: the local experts alone on
@@ -35,7 +35,7 @@ import torch.distributed as dist
 from .. import parallel, runtime
 from ..dtypes import dtype_key, torch_dtype
 from ..kernels import moe
-from ..kernels import moe_parallel as ep
+from ..kernels.moe import parallel as ep
 from . import experiment
 
 DTYPE = "bf16"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from .. import hardware
+from .. import bench, hardware
 from . import experiment
 
 
 @experiment("probes")
 def probes() -> dict:
-    copy = hardware.measure_copy_bandwidth()
-    matmuls = [hardware.measure_matmul_tflops(8192, dtype)
+    copy = bench.measure_copy_bandwidth()
+    matmuls = [bench.measure_matmul_tflops(8192, dtype)
                for dtype in (torch.bfloat16, torch.float16)]
     spec = hardware.current_gpu()
     out = {"copy": copy, "matmul": matmuls}

@@ -130,7 +130,7 @@ def vector_add(sizes=SIZES, block_sizes=BLOCK_SIZES, dtypes=DTYPES, big: int = B
         "big_n": big,
         "default_block_size": va.DEFAULT_BLOCK_SIZE,
         # The practical ceiling of any streaming kernel on this GPU, for comparison.
-        "copy": hardware.measure_copy_bandwidth(),
+        "copy": bench.measure_copy_bandwidth(),
     }
     if spec is not None:
         out["table"] = {"key": spec.key, "name": spec.name, "hbm_bandwidth_gbs": peak,

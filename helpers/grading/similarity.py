@@ -110,8 +110,10 @@ def course_kernels() -> dict[str, str]:
     """``{normal form: qualified name}`` of every ``@triton.jit`` function in helpers.kernels."""
     package = importlib.import_module(KERNEL_PACKAGE)
     found = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        name = f"{KERNEL_PACKAGE}.{info.name}"
+    # walk_packages goes into the op families (helpers.kernels.matmul.ladder, ...) too.
+    for info in sorted(pkgutil.walk_packages(package.__path__, KERNEL_PACKAGE + "."),
+                       key=lambda i: i.name):
+        name = info.name
         module = importlib.import_module(name)
         for attr, obj in sorted(vars(module).items()):
             got = _jit_source(obj)

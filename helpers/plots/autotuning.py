@@ -8,7 +8,7 @@
   the lesson's goals against a record.
 * :func:`plot_costs`: what tuning costs (cold, cached, untuned) and what a call costs on
   the host (launchers, CUDA graph replay) against the kernel's own GPU time.
-* :func:`prune_rows`: the pruning decisions of :mod:`helpers.kernels.matmul_tuned` for one
+* :func:`prune_rows`: the pruning decisions of :mod:`helpers.kernels.matmul.tuned` for one
   shape; :func:`persistent_rows`: lesson 04's persistent kernel against its non-persistent
   one by tiles per SM; :func:`kernel_choice_rows`: which of the two tuned kernels (v6, the
   persistent TMA kernel) the tuned path kept, shape by shape.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from .. import records
-from ..kernels import matmul_tuned as mt
+from ..kernels.matmul import tuned as mt
 from . import finish
 from .autotuning_heatmaps import (HeatmapExplorer, describe, draw_heatmap,  # noqa: F401
                                   gpu_key, heatmap, plot_heatmaps, tflops_of, winners)
@@ -282,7 +282,7 @@ def kernel_choice_rows(rec) -> list[dict]:
 def prune_rows(M: int, N: int, K: int, dtype, space=mt.CONFIG_SPACE,
                shared_memory: int = mt.H100_SHARED_MEMORY, sms: int = 132) -> list[dict]:
     """Why each setting of ``space`` is kept or dropped for one shape (an H100's limits by
-    default): the same decisions as :func:`helpers.kernels.matmul_tuned.prune`."""
+    default): the same decisions as :func:`helpers.kernels.matmul.tuned.prune`."""
     out = []
     for c in space:
         ok, why = mt.fits(c, dtype, shared_memory)

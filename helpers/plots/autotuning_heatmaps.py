@@ -12,7 +12,7 @@ Every figure and table names its source (the record's label). Nothing here measu
 
 from __future__ import annotations
 
-from ..kernels.matmul_space import KEYS
+from ..kernels.matmul.space import KEYS
 from . import finish
 from .explorer import Explorer, new_figure, readout_box
 

@@ -390,7 +390,7 @@ def tune_and_sweep(config_space, prune, shape_key, M, N, K, seed: int = 0) -> di
     """On a GPU: ``triton.autotune`` with all three (a tuner per key) on an fp16 product,
     then the full sweep: every configuration of the space that fits the budget."""
     from ... import bench
-    from ...kernels.matmul_ladder import matmul_kernel_v3
+    from ...kernels.matmul.ladder import matmul_kernel_v3
 
     good = [_tuple(e) for e in map(_entry, config_space()) if invalid(e) is None]
     g = torch.Generator(device="cuda").manual_seed(seed)

@@ -254,12 +254,12 @@ def _kernel_in_bounds(raw):
 
 def _collect_timings(ns, seed) -> dict:
     """In the learner's process: time ``residual_rmsnorm`` beside the eager version (GPU)."""
-    from ... import bench, hardware
+    from ... import bench
 
     fn = answer(ns, "residual_rmsnorm")
     x, r, w = TASK.inputs(ResidualRMSNorm.case((M, N), BF16).seeded(seed), "cuda")
     with gpu_lock():
-        copy = hardware.measure_copy_bandwidth()
+        copy = bench.measure_copy_bandwidth()
         fn(x, r, w)
         yours = bench.time_ms(lambda: fn(x, r, w))
         eager = bench.time_ms(lambda: rk.residual_rmsnorm_eager(x, r, w))

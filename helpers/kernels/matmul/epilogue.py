@@ -18,10 +18,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
-from ..dtypes import FLOAT_DTYPES
-from .checks import check_num_warps, check_power_of_two, check_tensor
-from .matmul_ladder import grouped_tile
+from ... import runtime
+from ...dtypes import FLOAT_DTYPES
+from ..checks import check_num_warps, check_power_of_two, check_tensor
+from .ladder import grouped_tile
 
 ACTIVATIONS = ("none", "leaky_relu")
 NEGATIVE_SLOPE = 0.01                 # leaky_relu's slope below zero, as in the tutorial

@@ -18,7 +18,7 @@ block: ``down(silu(x @ w_gate) * (x @ w_up))`` with ``w_gate, w_up: (H, I)`` and
 * :func:`experts_loop` / :func:`moe_loop`: the baselines. One PyTorch matmul per expert,
   the way most model code first writes it.
 * :func:`experts_forward` / :func:`moe_forward`: the same with the grouped GEMM kernels
-  of :mod:`helpers.kernels.moe_grouped`: two launches for all experts, then the combine.
+  of :mod:`helpers.kernels.moe.grouped`: two launches for all experts, then the combine.
 
 Shapes: ``x`` is ``(T, H)`` tokens, ``w_router`` ``(H, E)``, ``w_gate`` and ``w_up``
 ``(E, H, I)``, ``w_down`` ``(E, I, H)``. Weights may be any strided view (a transposed
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import runtime
-from ..dtypes import FLOAT_DTYPES
-from .checks import check_tensor
-from .moe_grouped import combine, expert_of_tile, grouped_gemm_kernel, grouped_matmul, grouped_swiglu
+from ... import runtime
+from ...dtypes import FLOAT_DTYPES
+from ..checks import check_tensor
+from .grouped import combine, expert_of_tile, grouped_gemm_kernel, grouped_matmul, grouped_swiglu
 
 __all__ = [
     "Shape", "FEW_LARGE", "MANY_SMALL", "MoEWeights", "make_weights", "moe_reference",

@@ -2,7 +2,7 @@
 timing whole plans against each other, and remembering the winner on disk.
 
 A **plan** is everything one call of a shape does: copies of the operands into another
-layout (if any), the kernel launch, C. :mod:`~helpers.kernels.matmul_tuned` builds a few
+layout (if any), the kernel launch, C. :mod:`~helpers.kernels.matmul.tuned` builds a few
 candidates on a shape's first call, times each whole plan, and keeps the fastest.
 
 **Layout.** A row of A or B that does not start on a 128-byte line (K = 1000 in fp16: each
@@ -11,7 +11,7 @@ lines of L2, and a row that does not even start on 16 bytes (K = 1999) rules out
 loads altogether. Measured on an H100 80GB HBM3 (fp16, the tuned kernels, triton 3.6):
 2047 x 4097 x 1023 took 101 us as given and 38 us with A and B copied into rows of whole
 lines, 3000 x 5000 x 2500 229 us against 128 us (kernels alone). The copies
-(:mod:`~helpers.kernels.matmul_pack`: both operands in one launch) cost a pass over A and B,
+(:mod:`~helpers.kernels.matmul.pack`: both operands in one launch) cost a pass over A and B,
 which pays for big products and not for the smallest: at 1000^3, v6 alone took 11.6 us on
 whole lines (cuBLAS: 11.5 us) against 16.3 us as given, but the copy of both operands took
 about 8 us. Hence no rule: both layouts are candidates, and the clock decides.
@@ -33,7 +33,7 @@ import json
 import torch
 import triton
 
-from .matmul_pack import packer  # noqa: F401 (the plans' copy, re-exported)
+from .pack import packer  # noqa: F401 (the plans' copy, re-exported)
 
 LINE = 128          # bytes in one line of L2
 VECTOR = 16         # bytes in one vectorised load

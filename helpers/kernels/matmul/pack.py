@@ -1,7 +1,7 @@
 """Copying a matmul's operands into rows that start on whole 16- or 128-byte boundaries,
 both in one launch, into buffers kept between calls.
 
-Why copy at all is :mod:`~helpers.kernels.matmul_plan`'s story (a row of 1,999 fp16
+Why copy at all is :mod:`~helpers.kernels.matmul.plan`'s story (a row of 1,999 fp16
 values rules out 16-byte loads; one that starts mid-line makes every load touch a line
 more). This module makes the copy cheap, because at small sizes it is paid on every call:
 
@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
+from ... import runtime
 
 TILE_ROWS, TILE_COLS = 16, 256      # one program's piece of an operand: 4,096 values
 

@@ -1,4 +1,4 @@
-"""Lesson 07's space of settings for :func:`~helpers.kernels.matmul_tuned.matmul_kernel_v6`:
+"""Lesson 07's space of settings for :func:`~helpers.kernels.matmul.tuned.matmul_kernel_v6`:
 the candidates, what fits a GPU, what is worth timing for a shape, and how shapes are
 bucketed so that a model's thousand shapes need a few dozen tunings.
 
@@ -17,7 +17,7 @@ import functools
 import torch
 import triton
 
-from .. import runtime
+from ... import runtime
 
 KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages")
 

@@ -26,15 +26,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
-from ..dtypes import FLOAT_DTYPES
-from .checks import check_32bit_offsets, check_tensor
-from . import matmul_persistent as persistent
-from . import matmul_plan as plans
-from .matmul_space import (CONFIG_SPACE, H100_SHARED_MEMORY, KEYS,  # noqa: F401 (re-exported)
+from ... import runtime
+from ...dtypes import FLOAT_DTYPES
+from ..checks import check_32bit_offsets, check_tensor
+from . import persistent
+from . import plan as plans
+from .space import (CONFIG_SPACE, H100_SHARED_MEMORY, KEYS,  # noqa: F401 (re-exported)
                            MAX_ACCUMULATOR_REGISTERS, _config, accumulator_registers, bucket,
                            fits, prune, shape_key, shared_memory_bytes, useful)
-from .matmul_ladder import grouped_tile
+from .ladder import grouped_tile
 
 # --------------------------------------------------------------------------------------
 # The kernels.

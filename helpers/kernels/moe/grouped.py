@@ -36,8 +36,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
-from .matmul_ladder import grouped_tile
+from ... import runtime
+from ..matmul.ladder import grouped_tile
 
 # --------------------------------------------------------------------------------------
 # Which tile belongs to which expert.

@@ -1,8 +1,8 @@
 """FlashAttention-2 in plain PyTorch: the algorithm over blocks, before any kernel.
 
 Lesson 06 shows the algorithm working here first, where every intermediate can be
-printed, and only then as a Triton kernel (:mod:`helpers.kernels.attention_forward`,
-:mod:`helpers.kernels.attention_backward`) that does exactly these steps with each
+printed, and only then as a Triton kernel (:mod:`helpers.kernels.attention.forward`,
+:mod:`helpers.kernels.attention.backward`) that does exactly these steps with each
 block in SRAM and registers.
 
 Tensors are four-dimensional here: ``q`` is ``(batch, heads, seq_q, d)``, ``k`` and ``v``

@@ -26,7 +26,7 @@ ladder, each one step closer to reading each value once:
   by itself, so the warps issue no address arithmetic and no loads at all, and one
   program per SM (*persistent*) walks many tiles. The best the course has on a Hopper GPU.
 
-The kernels themselves sit side by side in :mod:`helpers.kernels.matmul_ladder`; this
+The kernels themselves sit side by side in :mod:`helpers.kernels.matmul.ladder`; this
 module holds the spec, the launchers (input checks, grid, dispatch), a way to judge a
 result in units of the last place, and the program order in plain Python. The napkin
 math (``matmul``, ``tile_intensity``, ``sram_bytes``) is in :mod:`helpers.intensity`.
@@ -41,11 +41,11 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .. import runtime
-from ..dtypes import FLOAT_DTYPES, element_size
-from .checks import check_power_of_two, check_tensor
+from ... import runtime
+from ...dtypes import FLOAT_DTYPES, element_size
+from ..checks import check_power_of_two, check_tensor
 # The ladder's kernels; lessons and tests read them here as mm.matmul_kernel_v1 and so on.
-from .matmul_ladder import (  # noqa: F401
+from .ladder import (  # noqa: F401
     CONFIG_KEYS, CONFIGS, TMA_CONFIG_KEYS, TMA_CONFIGS, TMA_DTYPES, config_dict, grouped_tile,
     matmul_kernel_v1, matmul_kernel_v2, matmul_kernel_v3, matmul_kernel_v4, matmul_kernel_v5,
     matmul_kernel_v5_tuned)
@@ -314,11 +314,11 @@ def best_version(a: torch.Tensor, b: torch.Tensor) -> str:
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` by the course's tuned kernel: lesson 07's
-    :func:`~helpers.kernels.matmul_tuned.matmul_tuned`, v3's tiles plus split-K, its
+    :func:`~helpers.kernels.matmul.tuned.matmul_tuned`, v3's tiles plus split-K, its
     settings chosen per bucketed shape on a GPU. Over the autotuning record's 16 shapes
     in fp16 and bf16 it holds cuBLAS's speed far better than any one setting of the
     ladder (:func:`best_version` is the ladder's own pick, kept for lesson 04)."""
-    from .matmul_tuned import matmul_tuned   # lesson 07's module builds on this one's
+    from .tuned import matmul_tuned   # lesson 07's module builds on this one's
 
     return matmul_tuned(a, b)
 

@@ -21,7 +21,7 @@ to bottom:
   the counts (``all_to_all_single`` of a few integers); exchange the token rows
   (``all_to_all_single`` with split sizes: rank ``r``'s ``i``-th block goes to rank
   ``i``); run the local experts on the rows received (the grouped GEMMs of
-  :mod:`helpers.kernels.moe_grouped`); send the results back by the reverse
+  :mod:`helpers.kernels.moe.grouped`); send the results back by the reverse
   all-to-all; combine with the routing weights. While the rows travel, the GPU waits.
 * :func:`ep_forward_overlapped`: the same work cut into ``chunks`` slices of the
   tokens, pipelined: chunk ``i + 1``'s rows travel while chunk ``i``'s experts compute.
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from .. import runtime
-from ..dtypes import FLOAT_DTYPES, element_size
-from .checks import check_tensor
-from .moe import MoEWeights, Dispatch, dispatch, route
-from .moe_grouped import combine, grouped_matmul, grouped_swiglu
+from ... import runtime
+from ...dtypes import FLOAT_DTYPES, element_size
+from ..checks import check_tensor
+from . import MoEWeights, Dispatch, dispatch, route
+from .grouped import combine, grouped_matmul, grouped_swiglu
 
 __all__ = [
     "local_experts", "shard_weights", "check_expert_parallel", "bytes_sent_per_rank",

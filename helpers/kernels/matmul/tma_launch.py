@@ -18,7 +18,7 @@ An encoding depends only on the tensor's address, shape, strides, dtype and the 
 Triton's own launcher for the compiled kernel with the arguments Triton 3.6 gives it;
 with another Triton, whose launcher takes other arguments, it returns ``None`` and the
 caller launches the usual way. The caller checks the first direct launch against a usual
-one (:func:`~helpers.kernels.matmul_persistent.launch` does).
+one (:func:`~helpers.kernels.matmul.persistent.launch` does).
 """
 
 from __future__ import annotations

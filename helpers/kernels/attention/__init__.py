@@ -8,11 +8,11 @@
   probabilities P, ``seq_q x seq_k`` per head, are written to HBM and read back: at
   16k tokens that is 512 MiB of bf16 per head, and the memory grows as N^2.
 * :func:`tiled_attention_forward`, :func:`tiled_attention_backward`, :func:`tiled_attention`:
-  FlashAttention-2 in plain PyTorch over blocks (:mod:`helpers.kernels.attention_tiled`),
+  FlashAttention-2 in plain PyTorch over blocks (:mod:`helpers.kernels.attention.tiled`),
   the algorithm before the kernel; it runs on any device and is differentiable.
 * :func:`flash_attention_forward`, :func:`flash_attention_backward`, :func:`flash_attention`:
-  the same algorithm as Triton kernels (:mod:`helpers.kernels.attention_forward`,
-  :mod:`helpers.kernels.attention_backward`), O(N) memory, differentiable through
+  the same algorithm as Triton kernels (:mod:`helpers.kernels.attention.forward`,
+  :mod:`helpers.kernels.attention.backward`), O(N) memory, differentiable through
   :class:`FlashAttention`, which saves the log-sum-exp for the backward pass.
 
 Shapes: ``q`` is ``(batch, seq_q, d)`` or ``(batch, heads, seq_q, d)``; ``k`` and ``v`` are
@@ -29,13 +29,13 @@ import math
 
 import torch
 
-from .. import runtime
-from ..dtypes import FLOAT_DTYPES
-from . import attention_backward, attention_forward, attention_tiled
-from .attention_backward import (attention_bwd_dkdv_kernel, attention_bwd_dq_kernel,
+from ... import runtime
+from ...dtypes import FLOAT_DTYPES
+from . import backward, forward, tiled
+from .backward import (attention_bwd_dkdv_kernel, attention_bwd_dq_kernel,
                                  attention_bwd_preprocess_kernel)
-from .attention_forward import attention_fwd_kernel
-from .checks import check_tensor
+from .forward import attention_fwd_kernel
+from ..checks import check_tensor
 
 __all__ = [
     "attention_reference", "naive_attention", "tiled_attention_forward",
@@ -71,13 +71,13 @@ def attention_reference(q, k, v, causal: bool = False, sm_scale=None):
     """The spec: ``(o, lse)`` in float64, from the whole score matrix at once."""
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     heads = q4.shape[1]
-    k4 = attention_tiled.expand_kv(k4, heads).double()
-    v4 = attention_tiled.expand_kv(v4, heads).double()
+    k4 = tiled.expand_kv(k4, heads).double()
+    v4 = tiled.expand_kv(v4, heads).double()
     s = q4.double() @ k4.transpose(-1, -2) * _scale(q, sm_scale)
     if causal:
         rows = torch.arange(s.shape[-2], device=s.device)
         cols = torch.arange(s.shape[-1], device=s.device)
-        s = s.masked_fill(~attention_tiled.causal_mask(rows, cols), -math.inf)
+        s = s.masked_fill(~tiled.causal_mask(rows, cols), -math.inf)
     lse = torch.logsumexp(s, dim=-1)
     o = torch.softmax(s, dim=-1) @ v4
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
@@ -92,12 +92,12 @@ def naive_attention(q, k, v, causal: bool = False, sm_scale=None):
     """
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     heads = q4.shape[1]
-    k4, v4 = attention_tiled.expand_kv(k4, heads), attention_tiled.expand_kv(v4, heads)
+    k4, v4 = tiled.expand_kv(k4, heads), tiled.expand_kv(v4, heads)
     s = (q4 @ k4.transpose(-1, -2)) * _scale(q, sm_scale)          # N x N in HBM
     if causal:
         rows = torch.arange(s.shape[-2], device=s.device)
         cols = torch.arange(s.shape[-1], device=s.device)
-        s = s.masked_fill(~attention_tiled.causal_mask(rows, cols), -math.inf)
+        s = s.masked_fill(~tiled.causal_mask(rows, cols), -math.inf)
     p = torch.softmax(s.float(), dim=-1).to(q.dtype)                # N x N again
     o = p @ v4
     return o.squeeze(1) if squeeze else o
@@ -211,7 +211,7 @@ def tiled_attention_forward(q, k, v, causal: bool = False, sm_scale=None,
                             block_m: int = 64, block_n: int = 64):
     """``(o, lse)`` by FlashAttention-2's algorithm in plain PyTorch, on any device."""
     q4, k4, v4, squeeze = _four_dims(q, k, v)
-    o, lse = attention_tiled.forward(q4, k4, v4, causal, _scale(q, sm_scale), block_m, block_n)
+    o, lse = tiled.forward(q4, k4, v4, causal, _scale(q, sm_scale), block_m, block_n)
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
 
 
@@ -220,7 +220,7 @@ def tiled_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
     """``(dq, dk, dv)`` recomputed block by block from the saved ``lse``, in plain PyTorch."""
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     do4, o4, lse4 = (do.unsqueeze(1), o.unsqueeze(1), lse.unsqueeze(1)) if squeeze else (do, o, lse)
-    grads = attention_tiled.backward(do4, q4, k4, v4, o4, lse4, causal, _scale(q, sm_scale),
+    grads = tiled.backward(do4, q4, k4, v4, o4, lse4, causal, _scale(q, sm_scale),
                                      block_m, block_n)
     return tuple(g.squeeze(1) for g in grads) if squeeze else grads
 
@@ -236,7 +236,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
                          "is block_m keys wide and is walked in tiles of block_n")
     o = torch.empty_like(q4, memory_format=torch.contiguous_format)
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
-    attention_forward.launch(q4, k4, v4, o, lse, bool(causal), _scale(q, sm_scale), **settings)
+    forward.launch(q4, k4, v4, o, lse, bool(causal), _scale(q, sm_scale), **settings)
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
 
 
@@ -258,7 +258,7 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
     dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
     delta = torch.empty_like(lse4)
     settings = {**backward_config(q4.shape[-1], q4.dtype), **config}
-    attention_backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, bool(causal),
+    backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, bool(causal),
                               _scale(q, sm_scale), **settings)
     grads = (dq, dk, dv)
     return tuple(g.squeeze(1) for g in grads) if squeeze else grads

@@ -1,6 +1,6 @@
 """Lesson 07, what settings alone cannot fix: a persistent matmul fed by the TMA.
 
-:func:`~helpers.kernels.matmul_tuned.matmul_kernel_v6` launches one program per output
+:func:`~helpers.kernels.matmul.tuned.matmul_kernel_v6` launches one program per output
 tile and loads its tiles with ``cp.async``: every thread computes addresses and copies
 16 bytes at a time. Two costs stay whatever the settings:
 
@@ -27,7 +27,7 @@ when that copy pays.
 
 The TMA needs compute capability 9.0 (Hopper) or newer, 16-byte aligned rows and a
 contiguous last dimension: :func:`usable` says whether a call qualifies, and
-:mod:`~helpers.kernels.matmul_tuned` runs this kernel only where it qualifies and its
+:mod:`~helpers.kernels.matmul.tuned` runs this kernel only where it qualifies and its
 tuned time beats v6's.
 """
 
@@ -38,10 +38,10 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .. import runtime
-from .matmul_ladder import grouped_tile
-from .matmul_pack import packer
-from .matmul_tma_launch import direct
+from ... import runtime
+from .ladder import grouped_tile
+from .pack import packer
+from .tma_launch import direct
 
 KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "FLATTEN", "SPLIT_EPILOGUE", "num_warps",
         "num_stages")
