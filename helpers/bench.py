@@ -17,6 +17,7 @@ interpreter's speed says nothing about a GPU. Notebooks show recorded runs inste
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -74,6 +75,15 @@ def fraction_of_peak(achieved: float, peak: float) -> float:
     if peak <= 0:
         raise ValueError(f"peak must be positive, got {peak}")
     return achieved / peak
+
+
+def geomean(ratios) -> float:
+    """The geometric mean of ratios (speed-ups over a sweep): a 2x and a 0.5x average to 1x,
+    as they should, where their arithmetic mean would say 1.25x."""
+    ratios = list(ratios)
+    if not ratios or any(not r > 0 for r in ratios):
+        raise ValueError(f"a geometric mean needs positive ratios, got {ratios!r:.200}")
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
 
 def _check_time(ms: float) -> None:

@@ -61,9 +61,23 @@ class GPUSpec:
         return self.smem_per_sm_kib * 1024
 
     @property
+    def smem_per_program_bytes(self) -> int:
+        """The most shared memory one program (one CUDA block) may have: the SM's carve-out
+        less the 1 KiB the driver keeps back per resident block from compute capability 8.0
+        on (227 KiB of 228 on Hopper, 163 of 164 on an A100, 99 of 100 on Ada); all of it
+        on 7.5 (the T4's 64 KiB). The figure a tile's pipeline must fit in."""
+        reserved = SMEM_RESERVED_PER_PROGRAM if self.compute_capability >= (8, 0) else 0
+        return self.smem_per_sm_bytes - reserved
+
+    @property
     def l2_bytes(self) -> int:
         return int(self.l2_mib * 1024 * 1024)
 
+
+# CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": from
+# compute capability 8.0 on, one block may use all of an SM's shared memory but 1 KiB,
+# which the driver reserves for each resident block.
+SMEM_RESERVED_PER_PROGRAM = 1024
 
 _NV = "https://www.nvidia.com/content/dam/en-zz/Solutions"
 _CC_TABLE = (

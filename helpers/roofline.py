@@ -10,15 +10,17 @@ Below the *ridge point* I* = peak / bandwidth the kernel is memory-bound (the sl
 the roof), above it compute-bound (the flat roof). Each data type has its own roof, so
 each has its own ridge point. Tiny problems hit a third limit, the few microseconds a
 launch costs: they are latency-bound, and neither roof applies.
+
+This module is the model alone, numbers in and numbers out, so that the napkin math, the
+performance report and the graders can ask it without drawing anything; the chart of it
+is :func:`helpers.plots.roofline.plot`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .dtypes import dtype_key
 from .hardware import GPUSpec
-from .plots import add_source
 
 # A kernel launch plus the time for the GPU to start and retire its first wave of
 # blocks is a few microseconds on current GPUs; lessons measure it (helpers.experiments).
@@ -59,44 +61,3 @@ class Point:
     tflops: float
     source: str = ""
 
-
-def plot(gpu: GPUSpec, dtypes=("fp32", "bf16"), points=(), ax=None, title: str | None = None,
-         source: str | None = None, xlim=(1 / 16, 4096)):
-    """Draw ``gpu``'s roofline for each dtype, its ridge points, and measured ``points``.
-
-    ``source`` names where the points came from (a record's label); it is written on
-    the figure so a picture never travels without its provenance.
-    """
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 5))
-    x = np.geomspace(xlim[0], xlim[1], 400)
-    memory_roof = x * gpu.hbm_bandwidth_gbs / 1e3
-    ax.plot(x, memory_roof, color="0.4", lw=1, ls=":",
-            label=f"memory slope: {gpu.hbm_bandwidth_gbs:,.0f} GB/s")
-    for i, dt in enumerate(dtypes):
-        key = dtype_key(dt)
-        if key not in gpu.peak_tflops:
-            continue
-        colour = f"C{i}"
-        peak = gpu.peak(key)
-        ridge = gpu.ridge_point(key)
-        ax.plot(x, np.minimum(peak, memory_roof), color=colour, lw=2,
-                label=f"{key} roof: {peak:,.0f} TFLOP/s, ridge {ridge:.0f} FLOP/B")
-        ax.plot([ridge], [peak], "o", color=colour, ms=5)
-    for j, p in enumerate(points):
-        ax.plot([p.intensity], [p.tflops], marker="s", ls="none", color=f"C{(j + 3) % 10}",
-                ms=7, label=f"{p.label}: {p.tflops:.3g} TFLOP/s at {p.intensity:.3g} FLOP/B")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlim(*xlim)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("attainable throughput (TFLOP/s)")
-    ax.set_title(title or f"Roofline of the {gpu.name} (datasheet peaks)")
-    ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=8, loc="lower right")
-    if source:
-        add_source(ax, source)
-    return ax

@@ -21,14 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import dtypes, hardware, intensity, roofline
-from .kernels import matmul as mm
+from .kernels.matmul.config import TileConfig
 
 # CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": a thread
-# may use at most 255 32-bit registers; from compute capability 8.0 on, one block (one
-# Triton program) may use all of an SM's shared memory but 1 KiB (227 KiB of 228 on
-# Hopper, 163 of 164 on an A100, 99 of 100 on Ada); on 7.5 (T4) all 64 KiB.
+# may use at most 255 32-bit registers. What one program may have of an SM's shared memory
+# is the GPU table's (hardware.GPUSpec.smem_per_program_bytes).
 MAX_REGISTERS_PER_THREAD = 255
-RESERVED_SMEM_BYTES = 1024
+RESERVED_SMEM_BYTES = hardware.SMEM_RESERVED_PER_PROGRAM
 BLOCK_CHOICES = (16, 32, 64, 128, 256)
 WARP_CHOICES = (1, 2, 4, 8, 16)
 # The storage types a tile of tl.dot takes (fp32 runs on the TF32 tensor cores).
@@ -36,9 +35,8 @@ TILE_DTYPES = ("fp16", "bf16", "fp32")
 
 
 def smem_per_program(spec: hardware.GPUSpec) -> int:
-    """The most shared memory one program may have on ``spec``, in bytes."""
-    reserved = RESERVED_SMEM_BYTES if spec.compute_capability >= (8, 0) else 0
-    return spec.smem_per_sm_bytes - reserved
+    """The most shared memory one program may have on ``spec``, in bytes (the table's)."""
+    return spec.smem_per_program_bytes
 
 
 def _torch_dtype(name: str):
@@ -102,13 +100,10 @@ def plan(gpu: str, dtype: str, block_m: int, block_n: int, block_k: int,
     """Everything the explorer shows, for one choice of tile on one GPU."""
     spec = hardware.lookup(gpu)
     dt = _torch_dtype(dtype)
-    mm._check_block(block_m=block_m, block_n=block_n, block_k=block_k)
-    for name, value in (("num_stages", num_stages), ("num_warps", num_warps)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+    setting = TileConfig(block_m, block_n, block_k, num_stages=num_stages, num_warps=num_warps)
     roof = compute_roof(dtype)
     tile = intensity.tile_intensity(block_m, block_n, block_k, dt)
-    sram = intensity.sram_bytes(block_m, block_n, block_k, dt, num_stages)
+    sram = setting.shared_memory_bytes(dt)
     limit = smem_per_program(spec)
     reserved = spec.smem_per_sm_bytes - limit       # set aside per program (1 KiB from sm_80)
     return TilePlan(
@@ -116,6 +111,6 @@ def plan(gpu: str, dtype: str, block_m: int, block_n: int, block_k: int,
         block_k=block_k, num_stages=num_stages, num_warps=num_warps, intensity=tile,
         sram_bytes=sram, sram_limit=limit,
         programs_per_sm=spec.smem_per_sm_bytes // (sram + reserved),
-        acc_registers=intensity.accumulator_bytes(block_m, block_n) // 4 // (32 * num_warps),
+        acc_registers=setting.accumulator_registers(),
         ridge=spec.ridge_point(roof), bound=roofline.bound(tile, spec, roof),
         attainable_tflops=roofline.attainable_tflops(tile, spec, roof))

@@ -1,8 +1,10 @@
 """The grader tests' one harness: plant mistakes in a solution, grade, assert what was lost.
 
 A *plant* is the solution notebook with one mistake put in, the kind a learner makes. Each
-assignment's test file lists its plants as ``name -> (plant, {part: words})`` (optionally a
-third item, parts whose outcome depends on the machine) and uses:
+assignment lists its plants as ``name -> (plant, {part: words})`` (optionally a third item,
+parts whose outcome depends on the machine or the grader's seed): lessons 04-08 in
+``tests/plants_NN.py``, graded from one table by ``tests/test_grading_lessons.py`` under
+:data:`LIMITS`; lesson 03 in ``tests/test_grading_03.py``. They use:
 
 * :func:`edit`: make a plant (replacements that must each match exactly one code cell, so
   a plant that no longer applies fails loudly instead of testing nothing);
@@ -20,7 +22,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from helpers.grading import grader
+
 REPO = Path(__file__).resolve().parents[1]
+
+# The limits lessons 04-08 are graded under in these tests: room for the interpreter, which
+# runs a kernel far slower than a GPU, on a machine busy with other tests.
+LIMITS = grader.Limits(cell_timeout=120, part_timeout=120, total_timeout=600, memory_mb=3072)
 
 
 def edit(replace=(), append=(), insert_after_first=()):
@@ -84,8 +92,6 @@ def grade_plants(tmp_path_factory, assignment: str, plants: dict, *, limits, mod
                  jobs: int = 2) -> dict:
     """Grade every plant, the solution (``"solution"``) and the blank assignment
     (``"blank"``) in one parallel run; the reports as dicts, by name."""
-    from helpers.grading import grader
-
     problem = cpu_mode_problem() if mode == "cpu" else None
     if problem:
         pytest.skip(f"CPU-mode grading cannot run here: {problem}")

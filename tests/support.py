@@ -35,12 +35,15 @@ def assert_unanswered(feedback) -> None:
     assert "no answer yet" in feedback.message, feedback.message
 
 
-def committed_record(name: str):
-    """The committed GPU record of experiment ``name``; skips the test until there is one."""
+def committed_record(name: str, gpu: str | None = None):
+    """The committed GPU record of experiment ``name`` on ``gpu`` (default: the GPU
+    ``records.load`` prefers); skips the test until there is one."""
     import pytest
 
     from helpers import records
 
-    if not records.available(name):
-        pytest.skip(f"no {name} record committed yet: run ./course record {name} on a GPU")
-    return records.load(name)
+    have = records.available(name)
+    if not have or (gpu is not None and gpu not in have):
+        on = f" on {gpu}" if gpu else ""
+        pytest.skip(f"no {name} record{on} committed yet: run ./course record {name} on a GPU")
+    return records.load(name, gpu)

@@ -15,11 +15,12 @@ import pytest
 import torch
 
 import helpers
-from helpers import bounds, records
+from helpers import bounds
 from helpers.kernels import attention as A
 from helpers.kernels.attention import forward as attention_forward
 
 from support import assert_close as _assert_close
+from support import committed_record
 
 
 def assert_close(got, want, atol, rtol, what):
@@ -39,10 +40,6 @@ SHAPES = [
     (1, 2, 1, 40, 97, 64),
     (2, 2, 2, 64, 64, 32),
 ]
-
-
-def records_available(name: str) -> bool:
-    return bool(records.available(name))
 
 
 def make(shape, dtype, seed=0, scale=1.0):
@@ -218,12 +215,11 @@ def test_compiled_kernels_with_the_tuned_tiles(shape, causal, dtype):
     check_kernels(shape, causal, dtype, lse_tol=1e-3)
 
 
-@pytest.mark.skipif(not records_available("attention_tiles"), reason="no tile-sweep record")
 @pytest.mark.parametrize("head_dim", [128, 64])
 def test_the_forward_settings_are_the_sweeps_best_or_within_3_percent(head_dim):
     from helpers.experiments.attention_tiles import best
 
-    record = records.load("attention_tiles")
+    record = committed_record("attention_tiles")
     chosen = A.forward_config(head_dim, torch.bfloat16, compiled=True)
     for causal in (False, True):
         top = best(record.results, "forward", head_dim, causal, top=100)

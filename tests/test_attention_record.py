@@ -14,6 +14,8 @@ from helpers import hardware, intensity, launches, records
 from helpers.experiments import attention as experiment
 from helpers.plots import attention as plots
 
+from support import committed_record  # tests/support.py
+
 matplotlib.use("Agg")
 
 NAIVE, OURS = experiment.NAIVE, experiment.OURS
@@ -33,9 +35,11 @@ def test_sizes_are_the_lessons():
     assert cfg["head_dims"] == [64, 128] and cfg["profile_seq"] == 4096
     assert not cfg["smoke"]
     # Every length the targets name is measured.
-    for _, start in (plots.FORWARD_VS_FLASH, plots.BACKWARD_VS_FLASH, plots.FORWARD_TFLOPS):
+    for _, start in (experiment.FORWARD_VS_FLASH, experiment.BACKWARD_VS_FLASH,
+                     experiment.FORWARD_TFLOPS):
         assert start in cfg["tflops_seqs"]
-    assert plots.TARGET_HEAD_DIM in cfg["head_dims"]
+    assert experiment.TARGET_HEAD_DIM in cfg["head_dims"]
+    assert experiment.TARGET_DTYPE == cfg["dtype"]
 
 
 def test_smoke_sizes_are_tiny_and_shaped_like_the_full_run():
@@ -216,9 +220,7 @@ def test_targets_name_the_shortfall():
 
 @pytest.fixture(scope="module")
 def rec():
-    if not records.available("attention"):
-        pytest.skip("no attention record committed yet: run ./course record attention on a GPU")
-    return records.load("attention")
+    return committed_record("attention")
 
 
 def test_record_is_complete(rec):

@@ -22,12 +22,14 @@ from helpers.experiments import autotuning as experiment
 from helpers.kernels.matmul import persistent as mp
 from helpers.kernels.matmul import plan as plans
 from helpers.kernels.matmul import tuned as mt
+from helpers.kernels.matmul.config import TileConfig
 from helpers.plots import autotuning as plots
 from helpers.records import Record
 
+from support import committed_record  # tests/support.py
+
 matplotlib.use("Agg")
 
-cfg = mt._config
 TILES = [(16, 128), (64, 64), (128, 128), (128, 256)]
 
 
@@ -36,11 +38,11 @@ def _heatmap(label, M, N, K, best_tile, scale=1.0):
     for bm, bn in TILES:
         for w in (4, 8):
             for s in (3, 4):
-                c = cfg(bm, bn, 64, 1, w, s)
-                ok, why = mt.fits(c)
+                c = TileConfig(bm, bn, 64, num_warps=w, num_stages=s)
+                ok, why = c.fits()
                 t = (100.0 + 10 * w + s) * (2 if (bm, bn) == best_tile else 1) * scale
-                rows.append({**c, "ms": 1.0, "tflops": t} if ok else
-                            {**c, "ms": None, "tflops": None, "error": why})
+                rows.append({**c.as_dict(mt.KEYS), "ms": 1.0, "tflops": t} if ok else
+                            {**c.as_dict(mt.KEYS), "ms": None, "tflops": None, "error": why})
     return {"label": label, "M": M, "N": N, "K": K, "dtype": "fp16", "rows": rows}
 
 
@@ -63,8 +65,10 @@ def _fixture(gpu_key="H100-SXM", scale=1.0, slow_off_grid=True):
     """A record shaped like the experiment's: two heatmaps whose winners differ, a sweep in
     which one shape misses the floor (when ``slow_off_grid``) and the persistent kernel is
     kept at 8192^3 alone (flattened in fp16, split epilogue in bf16), costs and launches."""
-    big, skinny, splitk = cfg(128, 256, 64, 1, 8, 3), cfg(16, 128, 64, 1, 4, 4), \
-        cfg(64, 64, 128, 8, 4, 4)
+    big, skinny, splitk = (c.as_dict(mt.KEYS) for c in (
+        TileConfig(128, 256, 64, num_warps=8, num_stages=3),
+        TileConfig(16, 128, 64, num_warps=4, num_stages=4),
+        TileConfig(64, 64, 128, split_k=8, num_warps=4, num_stages=4)))
     shapes = []
     for dt, option in (("fp16", "FLATTEN"), ("bf16", "SPLIT_EPILOGUE")):
         options = {"FLATTEN": False, "SPLIT_EPILOGUE": False, option: True}
@@ -79,7 +83,8 @@ def _fixture(gpu_key="H100-SXM", scale=1.0, slow_off_grid=True):
                                  "sm_count": 132},
                   {"heatmaps": [_heatmap("square", 4096, 4096, 4096, (128, 256), scale),
                                 _heatmap("skinny", 64, 8192, 8192, (64, 64), scale)],
-                   "shapes": shapes, "fixed": big, "space": list(mt.CONFIG_SPACE),
+                   "shapes": shapes, "fixed": big,
+                   "space": [c.as_dict(mt.KEYS) for c in mt.CONFIG_SPACE],
                    "tuning_time": {"cold_s": 100.0, "cached_s": 1.0, "untuned_s": 0.95},
                    "launch_overhead": {"shape": [64, 64, 64], "calls": 10, "gpu_us": 6.0,
                                        "autotuned_us": 20.0, "fixed_us": 15.0,
@@ -172,11 +177,15 @@ def test_launch_and_split_k_tables():
 
 
 def test_describe_names_the_persistent_kernels_options():
-    both = mp._config(128, 256, 64, 8, 3, flatten=True, split_epilogue=True)
-    assert plots.describe(both) == "128x256x64 w8 s3 flatten split epilogue"
-    assert plots.describe(mp._config(128, 128, 64, 4, 4)) == "128x128x64 w4 s4"   # options off
-    assert plots.describe(mp.CPU_CONFIG) == "32x32x32 w4 s1"      # no SPLIT_K, no GROUP_M
-    assert plots.describe(cfg(64, 64, 128, 8, 4, 4)) == "64x64x128 w4 s4 split-K 8"
+    both = TileConfig(128, 256, 64, num_warps=8, num_stages=3, options=mp.BOTH)
+    off = TileConfig(128, 128, 64, num_warps=4, num_stages=4, options=mp.NEITHER)
+    split = TileConfig(64, 64, 128, split_k=8, num_warps=4, num_stages=4)
+    # A TileConfig and the dict a record holds of it are named alike.
+    for named in (lambda c: c.describe(), lambda c: plots.describe(c.as_dict(c.record_keys()))):
+        assert named(both) == "128x256x64 w8 s3 flatten split epilogue"
+        assert named(off) == "128x128x64 w4 s4"                  # options off
+        assert named(mp.CPU_CONFIG) == "32x32x32 w4 s1"          # SPLIT_K 1, GROUP_M 8
+        assert named(split) == "64x64x128 w4 s4 split-K 8"
 
 
 def test_kernel_choice_table_says_which_kernel_was_kept_and_its_tiles_per_sm():
@@ -201,16 +210,14 @@ def test_prune_table_makes_the_decisions_of_the_tuners_prune():
         for dtype in (torch.float16, torch.float32):
             rows = plots.prune_rows(M, N, K, dtype)
             named = {"M": M, "N": N, "K": K, "a_ptr": torch.empty(0, dtype=dtype)}
-            kept = {plots.describe(mt.config_of(c))
+            kept = {TileConfig.from_triton(c).describe()
                     for c in mt.prune(mt.matmul_kernel_v6_tuned.configs, named)}
             assert {r["setting"] for r in rows if r["kept"] == "yes"} == kept, (M, N, K, dtype)
             assert all(r["why"] != "kept" for r in rows if r["kept"] == "no")
 
 
 def test_persistent_table_from_lesson_04s_record():
-    if not records.available("tiling"):
-        pytest.skip("no tiling record")
-    rows = plots.persistent_rows(records.load("tiling"))
+    rows = plots.persistent_rows(committed_record("tiling"))
     assert rows and all(r["tiles"] > 0 and r["v5/v4"] > 0 for r in rows)
 
 
@@ -245,9 +252,7 @@ ERROR_LIMIT = {"fp16": 4 * 2.0**-10, "bf16": 4 * 2.0**-7}
 
 @pytest.fixture(scope="module", params=RECORDED or [None])
 def rec(request):
-    if request.param is None:
-        pytest.skip("no autotuning record committed yet: run ./course record autotuning on a GPU")
-    return records.load("autotuning", request.param)
+    return committed_record("autotuning", request.param)
 
 
 def test_record_is_complete(rec):
@@ -266,7 +271,7 @@ def test_record_is_complete(rec):
     for e in r["heatmaps"]:
         for row in e["rows"]:
             # Timed exactly when it fits; a setting that fits and still failed says why.
-            fits = mt.fits(row, torch.float16)[0]
+            fits = TileConfig.of(row).fits("H100-SXM", torch.float16)[0]
             assert (row.get("tflops") is not None) == fits or "error" in row, (e["label"], row)
     assert {"cold_s", "cached_s", "untuned_s"} <= set(r["tuning_time"])
     lo = r["launch_overhead"]
@@ -291,14 +296,15 @@ def test_record_tuned_settings_fit_and_come_from_the_space(rec):
         c = s["tuned_config"]
         assert c in space, f"{s['label']}: {c} is not in the recorded space"
         dtype = torch.float16 if s["dtype"] == "fp16" else torch.bfloat16
-        assert mt.fits(c, dtype)[0], (s["label"], c, mt.fits(c, dtype)[1])
+        ok, why = TileConfig.from_dict(c).fits("H100-SXM", dtype)
+        assert ok, (s["label"], c, why)
 
 
 def test_record_persistent_kernel_only_where_the_tma_takes_the_operands(rec):
     # A row that kept the persistent kernel on operands it cannot take, or with a setting
     # outside its space, recorded something else than what the tuned path runs.
     device = "cuda" if runtime.is_gpu() else "meta"     # meta: shapes and strides, no memory
-    space = [{k: c[k] for k in mp.KEYS} for c in mp.PERSISTENT_SPACE]
+    space = [c.as_dict(mp.KEYS) for c in mp.PERSISTENT_SPACE]
     for s in rec.results["shapes"]:
         assert s["tuned_kernel"] in ("v6", "persistent"), s
         if s["tuned_kernel"] == "v6":
@@ -317,7 +323,7 @@ def test_record_persistent_kernel_only_where_the_tma_takes_the_operands(rec):
         assert mp.usable(a, b)[0], (s["label"], s["dtype"], mp.usable(a, b)[1])
         kept = {**s["tuned_config"], **s["tuned_options"]}
         assert {k: kept[k] for k in mp.KEYS} in space, (s["label"], s["dtype"], kept)
-        assert mp.shared_memory_bytes(kept, dtype) <= mt.H100_SHARED_MEMORY, (s["label"], kept)
+        assert mp.fits(TileConfig.from_dict(kept), "H100-SXM", dtype)[0], (s["label"], kept)
     rows = plots.kernel_choice_rows(rec)
     assert len(rows) == len(rec.results["shapes"]) and all(r["tiles per SM"] > 0 for r in rows)
 
@@ -330,7 +336,8 @@ def test_record_tuner_is_not_beaten_by_lesson_04s_setting(rec):
     fixed = {k: rec.results["fixed"][k] for k in mt.KEYS}
     beaten = []
     for s in rec.results["shapes"]:
-        kept = mt.useful(fixed, s["M"], s["N"], s["K"])[0] and fixed in space
+        kept = mt.useful(TileConfig.from_dict(fixed), s["M"], s["N"], s["K"])[0] \
+            and fixed in space
         if kept and s["tuned_vs_fixed"] < 0.9:
             beaten.append(f"{s['label']} {s['dtype']}: tuned/fixed {s['tuned_vs_fixed']:.2f}x, "
                           f"chose {plots.describe(s['tuned_config'])}")

@@ -13,8 +13,10 @@ import pytest
 import torch
 
 import helpers  # noqa: F401 - CPU mode first, as in the notebooks
-from helpers import compiled, hardware, intensity, records
+from helpers import compiled, hardware, intensity
 from helpers.kernels.matmul import ladder as ml
+
+from support import committed_record  # tests/support.py
 
 H100 = hardware.GPUS["H100-SXM"]
 N = 4096
@@ -112,7 +114,7 @@ def test_the_compile_without_a_gpu_agrees_with_the_h100_record():
     # The tiling record's knob sweep launched v3 on an H100 (Triton 3.6) and kept what the
     # compiler made of each setting: the same shared memory, the same settings that do not
     # fit and the same that spill; registers within 15 % (its Triton, 3.6, is not ours).
-    rec = records.load("tiling", "H100-SXM")
+    rec = committed_record("tiling", "H100-SXM")
     for row in [r for r in rec.results["knobs"] if not r.get("cublas")]:
         config = {k: row[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")}
         ours = compiled.matmul_resources(ml.matmul_kernel_v3, config, n=row["n"],

@@ -11,12 +11,12 @@ import torch
 from helpers import records
 from helpers.experiments import autotuning as experiment
 from helpers.exercises import autotuning as ex
-from helpers.kernels.matmul import tuned as mt
+from helpers.kernels.matmul.config import TileConfig
 from support import assert_unanswered
 from test_autotuning import _fixture
 
-BIG = mt._config(128, 256, 64, 1, 8, 3)
-SPLIT = mt._config(64, 64, 128, 8, 4, 4)
+BIG = TileConfig(128, 256, 64, num_warps=8, num_stages=3)
+SPLIT = TileConfig(64, 64, 128, split_k=8, num_warps=4, num_stages=4)
 
 
 def test_shared_memory():

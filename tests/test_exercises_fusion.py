@@ -15,7 +15,7 @@ import torch
 import torch._dynamo
 
 from helpers.exercises import fusion as ex
-from support import assert_unanswered
+from support import assert_unanswered, committed_record
 
 M, N = 4096, 16384
 
@@ -167,10 +167,9 @@ def test_the_profiles_record_bears_out_the_lessons_attribution():
     softmax and stream at most at about half the rate of the vectorized one (exp), which runs
     near the copy rate; the kernels' time is nearly all of the call's; Amdahl's hottest kernel
     is one of the generic launches."""
-    from helpers import records
     from helpers.plots import fusion as plots
 
-    prof, fusion = records.load("profiles"), records.load("fusion")
+    prof, fusion = committed_record("profiles"), committed_record("fusion")
     rows = {r["kernels"]: r for r in plots.kernel_families(prof)}
     generic, exp = rows["generic elementwise (sub, div)"], rows["vectorized elementwise (exp)"]
     assert generic["launches"] == 2 and exp["launches"] == 1

@@ -13,6 +13,7 @@ import torch
 
 import helpers
 import moe_fixture
+from helpers import intensity
 from helpers.exercises import moe as ex
 from helpers.kernels import moe
 from support import assert_unanswered
@@ -34,7 +35,7 @@ def test_active_fraction():
 def test_padding_rows():
     # 100 rows in 64-row tiles: 28 rows of padding; 0 rows: no tile; 64 rows: none.
     counts = [100, 0, 64, 65]
-    assert moe.padding_rows(counts, 64) == 28 + 0 + 0 + 63
+    assert intensity.padding_rows(counts, 64) == 28 + 0 + 0 + 63
     assert ex.check_padding_rows(91, counts, 64)
     assert ex.check_padding_rows(80, counts, 64), "an estimate within 25% is close enough"
     assert "whole tile" in ex.check_padding_rows(4 * 64, counts, 64).message

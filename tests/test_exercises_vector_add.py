@@ -6,7 +6,7 @@ import pytest
 
 from helpers import records
 from helpers.exercises import vector_add as ex
-from support import assert_unanswered
+from support import assert_unanswered, committed_record
 
 BIG = 2**28
 
@@ -60,9 +60,9 @@ def test_versus_torch():
 def test_the_committed_record_answers_what_the_lesson_says():
     """The lesson's answers hold on the committed H100 record: the add reaches the 85 %
     target, a small add costs about lesson 02's launch floor, and torch.add is no faster."""
-    run = records.load("vector_add", "H100-SXM")
+    run = committed_record("vector_add", "H100-SXM")
     assert ex.measured_fraction(run) >= 0.85
-    floor = records.load("roofline", "H100-SXM").results["launch_floor_us"]
+    floor = committed_record("roofline", "H100-SXM").results["launch_floor_us"]
     assert abs(ex.small_time_us(run)[0] - floor) <= ex.TIME_TOLERANCE * floor
     assert ex.check_versus_torch("same", run)
 
@@ -105,9 +105,9 @@ def test_time_at_a_middle_size_needs_floor_and_bytes():
 
 
 def test_the_committed_record_answers_the_middle_sizes():
-    run = records.load("vector_add", "H100-SXM")
+    run = committed_record("vector_add", "H100-SXM")
     assert 0.5 < ex.measured_fraction(run, "fp32", 2**24) < 0.9
-    floor = records.load("roofline", "H100-SXM").results["launch_floor_us"]
+    floor = committed_record("roofline", "H100-SXM").results["launch_floor_us"]
     bytes_us = 12 * 2**20 / (3350e9) * 1e6
     assert ex.check_time_us(floor + bytes_us, run, 2**20)
     assert not ex.check_time_us(floor, run, 2**20)

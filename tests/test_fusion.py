@@ -5,10 +5,12 @@ import matplotlib
 import pytest
 import torch
 
-from helpers import intensity, launches, records
+from helpers import intensity, launches
 from helpers.experiments import fusion as experiment
 from helpers.kernels import softmax
 from helpers.plots import fusion as fusion_plots
+
+from support import committed_record  # tests/support.py
 
 matplotlib.use("Agg")
 
@@ -20,9 +22,7 @@ matplotlib.use("Agg")
 
 @pytest.fixture(scope="module")
 def rec():
-    if not records.available("fusion"):
-        pytest.skip("no fusion record committed yet: run ./course record fusion on a GPU")
-    return records.load("fusion")
+    return committed_record("fusion")
 
 
 def _comparisons(rec):

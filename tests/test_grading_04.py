@@ -1,19 +1,13 @@
-"""Assignment 04 (a tiled matmul designed for the H100), graded end to end.
+"""Assignment 04 (a tiled matmul designed for the H100): the grader's pieces.
 
-The solution scores full marks, the blank assignment zero (every part "not implemented"),
-and each planted mistake, the solution with one slip a learner makes (a missing K mask, a
-wrong K stride, an fp16 accumulator, torch.matmul instead of a kernel, an H100 choice that
-overflows shared memory or spills registers, ...), loses exactly
-the points of the parts it breaks, with a message that names the slip. The plants are made
-from solutions/04_tiling.ipynb here, so they follow it when it changes (a replacement that
-no longer applies fails loudly). All are graded in CPU mode by the grader's own code, in
-fresh kernel processes, two at a time; on a GPU machine one more test grades the solution
-in GPU mode, where the timed part counts.
+The solution, the blank assignment and the planted mistakes (tests/plants_04.py) are
+graded end to end by tests/test_grading_lessons.py. Here: the answer key comes from the
+napkin math, the napkin checks name the classic slips without a notebook, the shapes put a
+partial tile on every edge; on a GPU machine one more test grades the solution in GPU
+mode, where the timed part counts.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,117 +17,12 @@ from helpers.grading import grader, registry
 from helpers.grading.assignments import keys_tiling, tiling
 from helpers import intensity
 
-from planting import (assert_blank, assert_full_marks,  # tests/planting.py
-                      assert_loses_exactly, edit, grade_plants, parts_of)
+from planting import LIMITS, parts_of, solution  # tests/planting.py
 
-REPO = Path(__file__).resolve().parents[1]
-SOLUTION = REPO / "solutions" / "04_tiling.ipynb"
-ASSIGNMENT = REPO / "assignments" / "04_tiling.ipynb"
+SOLUTION = solution("04_tiling")
 SPEC = registry.get("04_tiling")
 POINTS = {p.key: p.points for p in SPEC.parts}
-GPU_PARTS = {p.key for p in SPEC.parts if p.gpu}
 CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
-LIMITS = grader.Limits(cell_timeout=120, part_timeout=120, total_timeout=600, memory_mb=3072)
-
-
-_edit = edit
-
-
-LOAD_A = "a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k), other=0.0)"
-LOAD_B = "b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k) & (offs_n[None, :] < N), other=0.0)"
-LAUNCH = ("matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), "
-          "b.stride(1),")
-CONFIG = "H100_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4, num_warps=8)"
-
-# name -> (how to plant it, {part: words its message must contain}, parts whose outcome
-# depends on the machine); every other part must keep its full points.
-#
-# Why "depends on the machine": in CPU mode the grader's bounds guard turns a load outside
-# every tensor into a masked load (zeros), so an unmasked read past the end of B multiplies
-# by zero and the values can still come out right; a read that lands in the memory of the
-# launch's other tensors is not outside any of them. Where the allocator puts A, B and C
-# decides which happens. The part that grades bounds always catches the slip.
-PLANTS = {
-    "fp32_bytes": (
-        _edit([("BYTES_BF16 = 64, 128, 32, 5, 2", "BYTES_BF16 = 64, 128, 32, 5, 4")]),
-        {"1a": "4 bytes per element", "1b": "4 bytes per element"}, ()),
-    "one_stage": (
-        _edit([("tile_sram_bytes = STAGES_1 * bytes_per_step",
-                "tile_sram_bytes = bytes_per_step")]),
-        {"1b": "one stage"}, ()),
-    "no_k_mask": (
-        _edit([(LOAD_A, "a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)"),
-               (LOAD_B, "b = tl.load(b_ptrs, mask=offs_n[None, :] < N, other=0.0)")]),
-        {"2b": "mask offs_k < K - k", "2c": "the K tail"}, ("2a",)),
-    "wrong_k_stride": (
-        _edit([("b_ptrs += BLOCK_K * stride_bk", "b_ptrs += BLOCK_K * stride_bn")]),
-        {"2a": "BLOCK_K * stride_bk", "2b": "BLOCK_K * stride_bk", "2d": "wrong result"},
-        ("2c",)),
-    "fp16_accumulator": (
-        _edit([("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-                "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)"),
-               ("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b).to(tl.float16)")]),
-        {"2d": "keep the running sum in fp32"}, ()),
-    "torch_matmul": (
-        _edit([(LAUNCH, "return torch.matmul(a, b)\n    " + LAUNCH)]),
-        {"2a": "launched no Triton kernel", "2b": "launched no Triton kernel",
-         "2c": "no kernel of yours ran", "2d": "launched no Triton kernel",
-         "3c": "the kernel matmul launches", "3d": "the kernel matmul launches"}, ()),
-    "syntax_error_in_kernel": (
-        _edit([("offs_k = tl.arange(0, BLOCK_K)\n", "offs_k = tl.arange(0, BLOCK_K))\n")]),
-        {"2a": "SyntaxError", "2b": "SyntaxError", "2c": "SyntaxError", "2d": "SyntaxError",
-         "3c": "SyntaxError", "3d": "SyntaxError"}, ()),
-    # Right everywhere but on a single row, where it hands the product to torch.
-    "torch_for_a_single_row": (
-        _edit([("    M, K = a.shape\n    N = b.shape[1]\n",
-                "    M, K = a.shape\n    N = b.shape[1]\n    if M == 1:   # a matrix-vector "
-                "product: torch will do\n        return (a.float() @ b.float()).to(a.dtype)\n")]),
-        {"2a": "launched no Triton kernel"}, ()),
-    # A kernel that stores nothing; torch writes C around it.
-    "torch_result_around_an_idle_kernel": (
-        _edit([("    return c\n", "    c.copy_(torch.matmul(a.float(), b.float()).to(a.dtype))\n"
-                "    return c\n"),
-               ("    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),\n"
-                "             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))\n", "")]),
-        {"2a": "never stored by your kernel", "2b": "never stored by your kernel",
-         "2c": "did not compute the output", "2d": "never stored by your kernel",
-         "3b": "the compiled kernel asks for"}, ()),
-    # Part 3, the H100 design, graded on the kernel compiled for sm_90.
-    "overflowing_config": (
-        _edit([(CONFIG, CONFIG.replace("num_stages=4", "num_stages=5"))]),
-        {"3c": "out of resource: shared memory"}, ()),
-    "spilling_config": (
-        _edit([(CONFIG, CONFIG.replace("num_warps=8", "num_warps=4"))]),
-        {"3d": "spilled to local memory"}, ()),
-    "sram_without_stages": (
-        _edit([("h100_sram_bytes = H100_CONFIG[\"num_stages\"] * h100_step_bytes",
-                "h100_sram_bytes = h100_step_bytes")]),
-        {"3b": "one stage"}, ()),
-    "intensity_off_by_2x": (
-        _edit([("h100_intensity = 2 * bm * bn * bk / h100_step_bytes",
-                "h100_intensity = bm * bn * bk / h100_step_bytes")]),
-        {"3a": "one FLOP per multiply-add"}, ()),
-}
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    return grade_plants(tmp_path_factory, "04_tiling", PLANTS, limits=LIMITS)
-
-
-def test_the_solution_scores_full_marks(graded):
-    assert_full_marks(graded["solution"], SPEC)
-    assert graded["solution"]["max_score"] == CPU_MAX
-
-
-def test_the_blank_assignment_scores_zero_without_crashing(graded):
-    assert_blank(graded["blank"], SPEC)
-
-
-@pytest.mark.parametrize("name", sorted(PLANTS))
-def test_a_planted_mistake_loses_exactly_its_points(graded, name):
-    _, expected, either = PLANTS[name]
-    assert_loses_exactly(graded[name], SPEC, expected, either)
 
 
 def test_the_assignment_is_registered_and_its_answers_come_from_the_napkin_math():

@@ -1,17 +1,13 @@
-"""Assignment 05 (fuse residual add + RMSNorm), graded end to end.
+"""Assignment 05 (fuse residual add + RMSNorm): the grader's pieces.
 
-The solution scores full marks, the blank assignment zero (every part "not implemented"),
-and each planted mistake, the solution with one slip a learner makes, loses exactly the
-points of the parts it breaks, with a message that names the slip. The plants are made
-from solutions/05_fusion.ipynb here, so they follow it when it changes (a replacement that
-no longer applies fails loudly). All are graded in CPU mode by the grader's own code, in
-fresh kernel processes, two at a time; on a GPU machine one more test grades the solution
-in GPU mode, where the timed parts count.
+The solution, the blank assignment and the planted mistakes (tests/plants_05.py) are
+graded end to end by tests/test_grading_lessons.py. Here: the napkin checks and the hints
+judged without a notebook, the speed goal against the committed records, the kernel check
+as the grader runs it on a GPU; on a GPU machine one more test grades the solution in GPU
+mode, where the timed parts count.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -20,104 +16,12 @@ from helpers import records
 from helpers.grading import grader, registry
 from helpers.grading.assignments import fusion, keys_fusion
 
-from planting import (assert_blank, assert_full_marks,  # tests/planting.py
-                      assert_loses_exactly, check_kernel_as_on_a_gpu, edit, grade_plants,
-                      parts_of)
+from planting import LIMITS, check_kernel_as_on_a_gpu, parts_of, solution  # tests/planting.py
+from support import committed_record  # tests/support.py
 
-REPO = Path(__file__).resolve().parents[1]
-SOLUTION = REPO / "solutions" / "05_fusion.ipynb"
-ASSIGNMENT = REPO / "assignments" / "05_fusion.ipynb"
+SOLUTION = solution("05_fusion")
 SPEC = registry.get("05_fusion")
-POINTS = {p.key: p.points for p in SPEC.parts}
-GPU_PARTS = {p.key for p in SPEC.parts if p.gpu}
 CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
-LIMITS = grader.Limits(cell_timeout=120, part_timeout=120, total_timeout=600, memory_mb=3072)
-
-
-_edit = edit
-
-
-KERNEL_STORE = "tl.store(y_ptr + offsets, (hf * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)"
-LAUNCH = ("residual_rmsnorm_kernel[(M,)](x, residual, weight, h, y, N, eps,\n"
-          "                                  BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)\n"
-          "    return h, y")
-
-TORCH_FILLS = ("h.copy_(x + residual)\n"
-               "    y.copy_(rmsnorm.residual_rmsnorm_reference(x, residual, weight, eps)[1])\n"
-               "    return h, y")
-
-# name -> (how to plant it, {part: words its message must contain}); every other part
-# must keep its full points.
-PLANTS = {
-    "forgot_to_write_h": (
-        _edit([("fused_bytes = 4 * MN * BF16 + N * BF16",
-                "fused_bytes = 3 * MN * BF16 + N * BF16")]),
-        {"1b": "forget to write h", "1c": "not right", "1d": "not right"}),
-    "fp32_as_bf16_and_datasheet_bandwidth": (
-        _edit([("BF16, FP32 = 2, 4", "BF16, FP32 = 2, 2"),
-               ("fused_bytes / (copy_gbps * 1e9) * 1e3", "fused_bytes / (3350 * 1e9) * 1e3")]),
-        {"1a": "fp32 copies at 2 bytes", "1c": "fp32 copies counted at 2 bytes",
-         "1d": "datasheet"}),
-    "nan_inverted_and_seconds": (
-        _edit([("predicted_speedup = eager_bytes / fused_bytes",
-                "predicted_speedup = fused_bytes / eager_bytes"),
-               ("fused_bytes / (copy_gbps * 1e9) * 1e3", "fused_bytes / (copy_gbps * 1e9)")],
-              append=['eager_bytes = float("nan")']),
-        {"1a": "nan", "1c": "divide fused bytes by eager bytes", "1d": "seconds"}),
-    "mean_over_block_and_unmasked_weight": (
-        _edit([("tl.sum(hf * hf, axis=0) / n_cols + eps",
-                "tl.sum(hf * hf, axis=0) / BLOCK_SIZE + eps"),
-               ("w = tl.load(w_ptr + cols, mask=mask, other=0.0)", "w = tl.load(w_ptr + cols)")]),
-        {"2a": "divide by n_cols", "2b": "past the end of w_ptr"}),
-    "forgot_the_weight": (
-        _edit([(KERNEL_STORE, KERNEL_STORE.replace("hf * inv_rms * w", "hf * inv_rms"))]),
-        {"2a": "without the weight"}),
-    "wrong_output_dtype": (
-        _edit([("h, y = torch.empty_like(x), torch.empty_like(x)",
-                "h, y = torch.empty_like(x, dtype=torch.float32), torch.empty_like(x)")]),
-        {"2a": "float32 for float16 inputs"}),
-    "torch_instead_of_triton": (
-        _edit([(LAUNCH, "return rmsnorm.residual_rmsnorm_reference(x, residual, weight, eps)")]),
-        {"2a": "launched no Triton kernel", "2b": "launched no Triton kernel"}),
-    "course_kernel_instead_of_own": (
-        _edit([(LAUNCH, "return rmsnorm.residual_rmsnorm(x, residual, weight, eps)")]),
-        {"2a": "not a kernel defined in your notebook",
-         "2b": "not a kernel defined in your notebook"}),
-    "syntax_error_in_kernel": (
-        _edit([("mask = cols < n_cols\n", "mask = cols < n_cols)\n")]),
-        {"2a": "SyntaxError", "2b": "SyntaxError"}),
-    # Right on every ordinary row; wrong only on the edge rows: NaN where h is all zeros
-    # (x = -residual), off on rows of one small element.
-    "eps_outside_the_rsqrt": (
-        _edit([("inv_rms = tl.rsqrt(tl.sum(hf * hf, axis=0) / n_cols + eps)",
-                "inv_rms = tl.rsqrt(tl.sum(hf * hf, axis=0) / n_cols) + eps")]),
-        {"2a": "eps belongs inside the square root"}),
-    # A kernel that stores nothing, launched once; torch writes the outputs around it.
-    "torch_results_around_an_idle_kernel": (
-        _edit([(LAUNCH, LAUNCH.replace("return h, y", TORCH_FILLS)),
-               ("    tl.store(h_ptr + offsets, h, mask=mask)\n", ""),
-               (f"    {KERNEL_STORE}\n", "")]),
-        {"2a": "never stored by your kernel", "2b": "did not compute the output"}),
-}
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    return grade_plants(tmp_path_factory, "05_fusion", PLANTS, limits=LIMITS)
-
-
-def test_the_solution_scores_full_marks(graded):
-    assert_full_marks(graded["solution"], SPEC)
-    assert graded["solution"]["max_score"] == CPU_MAX
-
-
-def test_the_blank_assignment_scores_zero_without_crashing(graded):
-    assert_blank(graded["blank"], SPEC)
-
-
-@pytest.mark.parametrize("name", sorted(PLANTS))
-def test_a_planted_mistake_loses_exactly_its_points(graded, name):
-    assert_loses_exactly(graded[name], SPEC, PLANTS[name][1])
 
 
 def test_the_assignment_is_registered_and_counts_20_points():
@@ -178,7 +82,7 @@ def test_the_timed_parts_need_a_correct_kernel_first(monkeypatch):
 
 def _recorded(gpu):
     """Each version's recorded time at the graded shape, and the timings 3a would see."""
-    rec = records.load("fusion", gpu)
+    rec = committed_record("fusion", gpu)
     ms = {r["name"]: r["ms"] for r in rec.results["rmsnorm"]["rows"]}
 
     def timings(name):

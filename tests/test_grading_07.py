@@ -1,13 +1,10 @@
-"""Assignment 07 (autotuning), graded end to end.
+"""Assignment 07 (autotuning): the grader's pieces.
 
-The solution scores full marks, the blank assignment zero (every part "not implemented"),
-and each planted mistake, the solution with one slip a learner makes, loses exactly the
-points of the parts it breaks, with a message that names the slip: a configuration that
-overflows shared memory kept, pruning rules that drop the fastest configuration, a key that
-never buckets or buckets wrongly at the edges, a space with an invalid entry. The plants are
-made from solutions/07_autotuning.ipynb here and graded in CPU mode by the grader's own
-code, two at a time. More slips are judged in this process, without a notebook; on a GPU
-machine two more tests run the tuning part for real.
+The solution, the blank assignment and the planted mistakes (tests/plants_07.py) are
+graded end to end by tests/test_grading_lessons.py. Here more slips are judged in this
+process, without a notebook: spaces, prune rules and keys called directly, the trials the
+grader draws, the tuning judge on made-up timings; on a GPU machine two more tests run the
+tuning part for real.
 """
 
 from __future__ import annotations
@@ -20,73 +17,12 @@ import helpers
 from helpers.grading import grader, registry
 from helpers.grading.assignments import autotuning as at
 
-from planting import (REPO, assert_blank, assert_full_marks,  # tests/planting.py
-                      assert_loses_exactly, edit, grade_plants, parts_of)
+from planting import parts_of, solution  # tests/planting.py
 
 SPEC = registry.get("07_autotuning")
 CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
-LIMITS = grader.Limits(cell_timeout=120, part_timeout=120, total_timeout=600, memory_mb=3072)
 GPU_LIMITS = grader.Limits(cell_timeout=540, part_timeout=540, total_timeout=1200,
                            memory_mb=16384)
-
-KEY = "return tuple(max(16, triton.next_power_of_2(n)) for n in (M, N, K))"
-
-# name -> (how to plant it, {part: words its message must contain}); every other part
-# must keep its full points.
-PLANTS = {
-    # The pipeline's stages forgotten: 128 x 128 x 64 with 8 stages (256 KiB) is kept.
-    "overflowing_config_kept": (
-        edit([("shared = c.num_stages * (bm * bk + bk * bn) * size",
-               "shared = (bm * bk + bk * bn) * size")]),
-        {"2a": "your prune keeps it (it counts one stage"}),
-    # A budget written for another GPU drops the H100's fastest recorded configuration.
-    "a100_budget_drops_the_best": (
-        edit([("shared <= SMEM_LIMIT", "shared <= 166_912")]),
-        {"2a": "but your prune drops it", "2c": "the fastest configuration of lesson 04's"}),
-    # The fastest recorded configuration holds exactly 128 registers a thread.
-    "registers_strictly_below_the_limit": (
-        edit([("registers <= MAX_ACC_REGISTERS", "registers < MAX_ACC_REGISTERS")]),
-        {"2a": "use <=, not <", "2c": "your prune drops 128x256x64"}),
-    "two_bytes_for_every_dtype": (
-        edit([('size = named_args["a_ptr"].element_size()', "size = 2")]),
-        {"2a": "2 bytes an element"}),
-    "tiles_compared_with_m_itself": (
-        edit([("biggest_m = max(16, triton.next_power_of_2(M))", "biggest_m = M"),
-              ("biggest_n = max(16, triton.next_power_of_2(N))", "biggest_n = N")]),
-        {"2b": "compares with M and N themselves"}),
-    "key_never_buckets": (
-        edit([(KEY, "return (M, N, K)")]),
-        {"3a": "never buckets", "3b": "never buckets"}),
-    # Right away from the edges; 16 -> 32 and 1024 -> 2048 at them.
-    "key_doubles_exact_powers_of_two": (
-        edit([(KEY, "return tuple(max(16, 1 << n.bit_length()) for n in (M, N, K))")]),
-        {"3b": "an exact power of two is its own bucket"}),
-    "block_k_of_8": (
-        edit([("(64, 128, 32, 4, 5)", "(64, 128, 8, 4, 5)")]),
-        {"1a": "BLOCK_K = 8"}),
-    "block_n_not_a_power_of_two": (
-        edit([("(64, 64, 64, 4, 4)", "(64, 96, 64, 4, 4)")]),
-        {"1a": "BLOCK_N = 96"}),
-}
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    return grade_plants(tmp_path_factory, "07_autotuning", PLANTS, limits=LIMITS)
-
-
-def test_the_solution_scores_full_marks(graded):
-    assert_full_marks(graded["solution"], SPEC)
-    assert graded["solution"]["max_score"] == CPU_MAX
-
-
-def test_the_blank_assignment_scores_zero_without_crashing(graded):
-    assert_blank(graded["blank"], SPEC)
-
-
-@pytest.mark.parametrize("name", sorted(PLANTS))
-def test_a_planted_mistake_loses_exactly_its_points(graded, name):
-    assert_loses_exactly(graded[name], SPEC, PLANTS[name][1])
 
 
 def test_the_assignment_is_registered_and_counts_15_points():
@@ -230,7 +166,7 @@ def test_the_tuning_judge_holds_the_tuned_config_to_5_percent_of_the_sweep():
 @pytest.mark.gpu
 @pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (timed parts)")
 def test_the_solution_scores_full_marks_on_a_gpu():
-    (report,) = grader.grade_many([(REPO / "solutions" / "07_autotuning.ipynb", "solution")],
+    (report,) = grader.grade_many([(solution("07_autotuning"), "solution")],
                                   assignment="07_autotuning", limits=GPU_LIMITS, mode="gpu",
                                   jobs=1)
     parts = parts_of(report.to_dict())

@@ -1,15 +1,10 @@
-"""Assignment 08 (a Mixture-of-Experts layer), graded end to end.
+"""Assignment 08 (a Mixture-of-Experts layer): the grader's pieces.
 
-The solution scores full marks, the blank assignment zero (every part "not implemented"),
-and each planted mistake, the solution with one slip a learner makes, loses exactly the
-points of the parts it breaks, with a message that names the slip: weights not
-renormalised, offsets off by one expert, trailing empty experts lost by bincount, copies
-dropped past the capacity without a -1, an empty expert that takes a tile, tiles that
-straddle experts, padding rows stored, a launcher that computes with torch, padding counted
-in tiles or as a fraction of the real rows. The plants are made from solutions/08_moe.ipynb
-here and graded in CPU mode by the grader's own code, two at a time. More slips are judged
-in this process, without a notebook; on a GPU machine one more test grades the solution in
-GPU mode, where the timed part counts.
+The solution, the blank assignment and the planted mistakes (tests/plants_08.py) are
+graded end to end by tests/test_grading_lessons.py. Here more slips are judged in this
+process, without a notebook: routing and dispatch slips, the kernel hints, the padding
+answers, layers that borrow the course, the timed part's own code at a tiny shape; on a
+GPU machine one more test grades the solution in GPU mode, where the timed part counts.
 """
 
 from __future__ import annotations
@@ -25,103 +20,13 @@ from helpers.grading.assignments import moe as graded
 from helpers.grading.assignments import moe_dispatch as md
 from helpers.kernels import moe
 
-from planting import (REPO, assert_blank, assert_full_marks,  # tests/planting.py
-                      assert_loses_exactly, check_kernel_as_on_a_gpu, edit, grade_plants,
-                      parts_of)
+from planting import check_kernel_as_on_a_gpu, parts_of, solution  # tests/planting.py
 
+SOLUTION = solution("08_moe")
 SPEC = registry.get("08_moe")
 CPU_MAX = sum(p.points for p in SPEC.parts if not p.gpu)
-LIMITS = grader.Limits(cell_timeout=120, part_timeout=120, total_timeout=600, memory_mb=3072)
 GPU_LIMITS = grader.Limits(cell_timeout=540, part_timeout=540, total_timeout=1200,
                            memory_mb=16384)
-
-TILES = """\
-    tiles = (counts + BLOCK_M - 1) // BLOCK_M               # an empty expert owns no tile
-    first_tile = tl.cumsum(tiles, axis=0) - tiles           # of each expert
-    first_row = tl.cumsum(counts, axis=0) - counts          # = offsets[e]
-    mine = (first_tile <= tile) & (tile < first_tile + tiles)   # one expert, or none
-    expert = tl.sum(tl.where(mine, e, 0), axis=0)
-    start = tl.sum(tl.where(mine, first_row + (tile - first_tile) * BLOCK_M, 0), axis=0)
-    end = tl.sum(tl.where(mine, first_row + counts, 0), axis=0)   # none: start = end = 0
-"""
-# Tiles laid over the sorted rows as one matrix, each with the expert of its first row.
-STRADDLING = """\
-    first_row = tl.cumsum(counts, axis=0) - counts
-    start = tile * BLOCK_M
-    mine = (first_row <= start) & (start < first_row + counts)
-    expert = tl.sum(tl.where(mine, e, 0), axis=0)
-    end = tl.minimum(tl.sum(counts, axis=0), start + BLOCK_M)
-"""
-TORCH = ("    return torch.cat([a[s:s + n] @ w[e] for e, (s, n) in enumerate(zip(\n"
-         "        (torch.cumsum(counts, 0) - counts).tolist(), counts.tolist()))])\n")
-
-# name -> (how to plant it, {part: words its message must contain}); every other part
-# must keep its full points.
-PLANTS = {
-    "weights_not_renormalised": (
-        edit([("return weights / weights.sum(dim=-1, keepdim=True), ids", "return weights, ids")]),
-        {"1a": "renormalise them", "4a": "not renormalised"}),
-    # Both places the solution writes offsets (before and after the capacity).
-    "offsets_one_expert_late": (
-        edit([("offsets[1:] = torch.cumsum(counts, 0)",
-               "offsets[1:] = torch.cumsum(counts, 0) - counts")]),
-        {"1b": "shifted one expert late", "1c": "shifted one expert late",
-         "1d": "shifted one expert late"}),
-    # Right while the last expert gets a copy: the grader's ordinary, capacity and layer
-    # routings use every expert.
-    "bincount_without_minlength": (
-        edit([("torch.bincount(flat, minlength=experts)", "torch.bincount(flat)")]),
-        {"1c": "minlength"}),
-    "copies_dropped_silently": (
-        edit([("position = torch.full((T * top_k,), -1,", "position = torch.full((T * top_k,), 0,")]),
-        {"1d": "silently"}),
-    # Harmless until empty experts push real tiles past a grid of min(R, ...) row tiles.
-    "empty_expert_owns_a_tile": (
-        edit([("tiles = (counts + BLOCK_M - 1) // BLOCK_M ",
-               "tiles = tl.maximum((counts + BLOCK_M - 1) // BLOCK_M, 1) ")]),
-        {"2b": "an expert with no rows must own no tile"}),
-    "tiles_straddle_experts": (
-        edit([(TILES, STRADDLING)]),
-        {"2a": "cut the sorted rows as one matrix", "2b": "cut the sorted rows as one matrix",
-         "4a": "outputs are off"}),
-    # The guard stops the stores past C; the rows stored into the next expert's are
-    # overwritten by its own tiles, which run later: only the bounds part sees it.
-    "padding_rows_stored": (
-        edit([("mask=real[:, None] & (cols[None, :] < N))", "mask=cols[None, :] < N)")]),
-        {"2c": "past the end of c_ptr"}),
-    "torch_instead_of_triton": (
-        edit([("    grouped_matmul_kernel[grid](", TORCH + "    grouped_matmul_kernel[grid](")]),
-        {"2a": "launched no Triton kernel", "2b": "launched no Triton kernel",
-         "2c": "no kernel of yours ran", "4a": "launched no kernel of your notebook"}),
-    # 3b is computed from 3a's count, so it is wrong too.
-    "padding_in_tiles": (
-        edit([("wasted_rows = sum(per_expert)",
-               "wasted_rows = sum(-(-n // PADDING_BLOCK_M) for n in PADDING_COUNTS)")]),
-        {"3a": "tiles, not rows", "3b": "not right"}),
-    "fraction_of_the_real_rows": (
-        edit([("wasted_fraction = wasted_rows / (sum(PADDING_COUNTS) + wasted_rows)",
-               "wasted_fraction = wasted_rows / sum(PADDING_COUNTS)")]),
-        {"3b": "divide by the real rows"}),
-}
-
-
-@pytest.fixture(scope="module")
-def graded_plants(tmp_path_factory):
-    return grade_plants(tmp_path_factory, "08_moe", PLANTS, limits=LIMITS)
-
-
-def test_the_solution_scores_full_marks(graded_plants):
-    assert_full_marks(graded_plants["solution"], SPEC)
-    assert graded_plants["solution"]["max_score"] == CPU_MAX
-
-
-def test_the_blank_assignment_scores_zero_without_crashing(graded_plants):
-    assert_blank(graded_plants["blank"], SPEC)
-
-
-@pytest.mark.parametrize("name", sorted(PLANTS))
-def test_a_planted_mistake_loses_exactly_its_points(graded_plants, name):
-    assert_loses_exactly(graded_plants[name], SPEC, PLANTS[name][1])
 
 
 def test_the_assignment_is_registered_and_counts_24_points():
@@ -318,7 +223,7 @@ def test_gpu_mode_watches_a_kernel_that_calls_its_own_tile_map(tmp_path):
     # On a GPU the checks run the notebook's kernel interpreted (to watch its loads), and
     # the kernel calls tile_to_expert, another @triton.jit function of the notebook, which
     # calls Triton's own tl.cumsum.
-    nb = nbformat.read(REPO / "solutions" / "08_moe.ipynb", as_version=4)
+    nb = nbformat.read(SOLUTION, as_version=4)
     cells = [c.source.replace("if helpers.is_gpu()", "if False") for c in nb.cells
              if c.cell_type == "code" and c.source.startswith(("@triton.jit", "BLOCKS ="))
              and "tile_map_kernel" not in c.source]
@@ -334,7 +239,7 @@ def solution_module(folder, name="solution_08"):
     import importlib
     import sys
 
-    nb = nbformat.read(REPO / "solutions" / "08_moe.ipynb", as_version=4)
+    nb = nbformat.read(SOLUTION, as_version=4)
     cells = [c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(
         ("import helpers", "def ", "@triton.jit", "BLOCKS ="))
         and "tile_map_kernel" not in c.source]
@@ -376,7 +281,7 @@ def test_the_timed_part_collects_and_judges_the_solution_off_a_gpu(tmp_path, mon
 @pytest.mark.gpu
 @pytest.mark.skipif(not helpers.is_gpu(), reason="needs a CUDA GPU (timed part)")
 def test_the_solution_scores_full_marks_on_a_gpu():
-    (report,) = grader.grade_many([(REPO / "solutions" / "08_moe.ipynb", "solution")],
+    (report,) = grader.grade_many([(SOLUTION, "solution")],
                                   assignment="08_moe", limits=GPU_LIMITS, mode="gpu",
                                   jobs=1)
     parts = parts_of(report.to_dict())

@@ -239,3 +239,61 @@ def test_attention_bad_inputs():
         intensity.attention(1, 6, 4, 4, 8, kv_heads=4)
     with pytest.raises(ValueError, match="positive whole number"):
         intensity.attention(1, 1, 0, 4, 8)
+
+
+# --------------------------------------------------------------------------------------
+# Lesson 08: a Mixture-of-Experts layer (helpers.intensity.moe)
+# --------------------------------------------------------------------------------------
+
+
+def test_expert_flops_and_the_active_fraction_by_hand():
+    # 3 copies through H = 4 -> I = 5 twice (gate, up) and back once: 3 x 4 x 5 MACs each.
+    assert intensity.expert_flops(3, 4, 5) == 3 * 2 * (3 * 4 * 5) == 360
+    assert intensity.expert_flops(0, 4096, 14336) == 0, "no copies, no work"
+    # Mixtral: 2 of 8 experts per token; Qwen3-30B-A3B: 8 of 128.
+    assert intensity.active_fraction(8, 2) == 0.25
+    assert intensity.active_fraction(128, 8) == 1 / 16
+    with pytest.raises(ValueError, match="cannot exceed"):
+        intensity.active_fraction(4, 8)
+    with pytest.raises(ValueError, match="positive whole number"):
+        intensity.expert_flops(1, 0, 8)
+
+
+@pytest.mark.parametrize("counts,block_m,padding", [
+    ([0, 5, 16, 17], 16, 0 + 11 + 0 + 15),
+    ([1, 1, 1, 1], 64, 4 * 63),
+    ([128, 256], 128, 0),
+    ([0, 0, 0], 32, 0),
+    ([300], 128, 84),                   # three tiles, the last 44 rows full
+])
+def test_padding_rows_rounds_each_expert_up_to_whole_tiles(counts, block_m, padding):
+    assert intensity.padding_rows(counts, block_m) == padding
+    assert intensity.padding_rows(torch.tensor(counts, dtype=torch.int32), block_m) == padding
+    tiles = intensity.tiles_per_expert(counts, block_m)
+    assert sum(tiles) * block_m - sum(counts) == padding
+    assert all(t == 0 for t, c in zip(tiles, counts) if c == 0), "no rows, no tile"
+
+
+def test_padding_counts_refuse_what_is_not_a_count_of_rows():
+    with pytest.raises(ValueError, match="whole number of rows"):
+        intensity.padding_rows([3, 2.5], 16)
+    with pytest.raises(ValueError, match=r"counts\[1\] must be >= 0"):
+        intensity.tiles_per_expert([3, -1], 16)
+    with pytest.raises(ValueError, match="block_m must be a positive"):
+        intensity.padding_rows([3], 0)
+
+
+def test_bytes_sent_per_rank_counts_copies_that_leave():
+    # 1000 tokens x 2 copies, 3 in 4 leave, 32 fp16 numbers (2 bytes) each.
+    assert intensity.bytes_sent_per_rank(1000, 2, 32, 4, "fp16") == 1000 * 2 * 0.75 * 32 * 2
+    assert intensity.bytes_sent_per_rank(1000, 2, 32, 1, torch.float32) == 0, \
+        "one rank sends nothing"
+    assert intensity.bytes_sent_per_rank(10, 8, 2048, 8, torch.bfloat16) * 2 == \
+        intensity.bytes_sent_per_rank(10, 8, 2048, 8, torch.float32)
+    # 16384 tokens, top-8 of 128, H = 2048 bf16, 8 ranks: 470 MB each way, ~1 ms at 450 GB/s.
+    ms = intensity.exchange_ms(16384, 8, 2048, 8, "bf16", link_gb_per_s=450)
+    assert ms == pytest.approx(16384 * 8 * 7 / 8 * 2048 * 2 / 450e9 * 1e3)
+    with pytest.raises(ValueError, match="positive GB/s"):
+        intensity.exchange_ms(1, 1, 1, 2, "bf16", link_gb_per_s=0)
+    with pytest.raises(ValueError, match="at least 1 rank"):
+        intensity.bytes_sent_per_rank(1, 1, 1, 0, "bf16")

@@ -12,12 +12,14 @@ import pytest
 import torch
 
 from helpers.kernels.matmul import epilogue as me
+from helpers.kernels.matmul.config import TileConfig
 from helpers.runtime import InterpreterLimitationError
 from support import assert_close
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32] if helpers.is_gpu() else \
     [torch.float16, torch.float32]
-SMALL = (16, 32, 16, 2, 1, 4)        # small tiles: even tiny shapes span several programs
+# Small tiles: even tiny shapes span several programs.
+SMALL = TileConfig(16, 32, 16, group_m=2, num_stages=1, num_warps=4)
 # (M, N, K): powers of two, primes, one row, K shorter than a block, several K blocks.
 SHAPES = [(16, 32, 16), (33, 17, 45), (1, 50, 7), (47, 65, 100)]
 
@@ -87,11 +89,12 @@ def test_empty_shapes():
 
 @pytest.mark.parametrize("bad, error, words", [
     (dict(activation="gelu"), ValueError, "activation must be one of"),
-    (dict(config=(16, 32, 16, 2, 1)), ValueError, "config is"),
-    (dict(config=(24, 32, 16, 2, 1, 4)), ValueError, "BLOCK_M must be a power of two"),
-    (dict(config=(16, 32, 8, 2, 1, 4)), ValueError, "at least 16"),
-    (dict(config=(16, 32, 16, 0, 1, 4)), ValueError, "GROUP_M"),
-    (dict(config=(16, 32, 16, 2, 1, 3)), ValueError, "num_warps"),
+    # A tuple's order (were warps before stages?) is what TileConfig exists to end.
+    (dict(config=(16, 32, 16, 2, 1, 4)), TypeError, "write TileConfig"),
+    (dict(config={"BLOCK_M": 16, "BLOCK_N": 32}), ValueError, "lacks BLOCK_K"),
+    (dict(config=SMALL.with_options(FLATTEN=True)), ValueError, "no kernel options"),
+    (dict(config=TileConfig(16, 32, 16, split_k=2, num_stages=1, num_warps=4)), ValueError,
+     "no split of K"),
 ])
 def test_launcher_refuses_bad_arguments(bad, error, words):
     a, b = _inputs(8, 8, 8, torch.float16)

@@ -17,13 +17,14 @@ import triton
 import helpers
 from helpers.kernels.matmul import persistent as mp
 from helpers.kernels.matmul import tuned as mt
+from helpers.kernels.matmul.config import TileConfig
 from helpers.kernels.matmul import tma_launch as tma
 
 DEVICE = helpers.device()
 CONFIGS = {
     "cpu default": mp.CPU_CONFIG,
-    "split epilogue, flattened": mp._config(32, 64, 32, 4, 1, flatten=True, split_epilogue=True),
-    "tall box, short K step": mp._config(64, 32, 16, 4, 1),
+    "split epilogue, flattened": TileConfig(32, 64, 32, num_warps=4, num_stages=1, options=mp.BOTH),
+    "tall box, short K step": TileConfig(64, 32, 16, num_warps=4, num_stages=1, options=mp.NEITHER),
 }
 SHAPES = [(1, 40, 72), (65, 72, 104), (100, 64, 48), (130, 136, 40)]
 
@@ -107,11 +108,26 @@ def test_a_direct_launch_is_kept_only_when_it_gives_the_usual_product():
 
 def test_every_candidate_fits_an_h100s_shared_memory():
     for config in mp.PERSISTENT_SPACE:
-        used = mp.shared_memory_bytes(config, torch.bfloat16)
+        used = config.shared_memory_bytes(torch.bfloat16, staged_c=mp.staged_c(config))
         assert used <= 232_448, f"{config}: {used:,} bytes"
-    big = mp._config(128, 256, 64, 8, 4)
-    assert mp.shared_memory_bytes(big) > 232_448, "4 stages of 128x256 and a whole C tile"
-    assert mp.shared_memory_bytes({**big, "SPLIT_EPILOGUE": True}) <= 232_448
+        assert mp.fits(config, "H100-SXM", torch.bfloat16)[0], config
+    big = TileConfig(128, 256, 64, num_warps=8, num_stages=4, options=mp.NEITHER)
+    # 4 stages of 128x64 and 64x256 fp16 tiles, and the whole 128x256 C tile staged.
+    assert big.shared_memory_bytes(staged_c=mp.staged_c(big)) == \
+        (4 * (128 * 64 + 64 * 256) + 128 * 256) * 2 > 232_448
+    assert not mp.fits(big, "H100-SXM")[0], "4 stages of 128x256 and a whole C tile"
+    assert mp.fits(big.with_options(SPLIT_EPILOGUE=True), "H100-SXM")[0]
+
+
+def test_a_setting_of_this_kernel_has_both_switches_and_no_split():
+    assert mp.setting(TileConfig(32, 32, 32, num_warps=4, num_stages=1)) == mp.CPU_CONFIG
+    flat = mp.setting({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "FLATTEN": True,
+                       "num_warps": 4, "num_stages": 1})
+    assert flat.option("FLATTEN") is True and flat.option("SPLIT_EPILOGUE") is False
+    with pytest.raises(ValueError, match="does not split K"):
+        mp.setting(TileConfig(32, 32, 32, split_k=2, num_warps=4, num_stages=1))
+    with pytest.raises(ValueError, match="EPILOGUE_SPLIT"):
+        mp.setting(mp.CPU_CONFIG.with_options(EPILOGUE_SPLIT=True))
 
 
 @pytest.mark.gpu
@@ -123,7 +139,7 @@ def test_compiled_autotuned_and_chosen(shape, dtype):
     a, b = operands(*shape, dtype)
     c, run, chosen, ms = mp.launch(a, b)
     assert_product(c, a, b, f"autotuned persistent kernel {shape}")
-    assert ms > 0 and set(chosen) == set(mp.KEYS)
+    assert ms > 0 and chosen == mp.setting(chosen) and set(chosen.as_dict(mp.KEYS)) == set(mp.KEYS)
     assert torch.equal(run(a, b), c), "the direct launch differs from the tuned one"
     first = mt.matmul_tuned(a, b)
     assert_product(first, a, b, f"matmul_tuned {shape}")
@@ -139,7 +155,8 @@ def test_kept_encodings_follow_every_new_tensor(dtype):
     keeps, and a padded B, each give their own product."""
     for shape in ((1000, 1000, 1000), (2100, 1000, 512)):
         a, b = operands(*shape, dtype)
-        c, run, chosen, _ = mp.launch(a, b, mp._config(128, 128, 64, 4, 4, flatten=True))
+        flat = TileConfig(128, 128, 64, num_warps=4, num_stages=4, options=mp.FLAT)
+        c, run, chosen, _ = mp.launch(a, b, flat)
         if triton.__version__.startswith("3.6"):
             assert run.keeps_encodings, "triton 3.6: the direct launch should be in use"
         for seed in range(tma.MAX_KEPT + 8):

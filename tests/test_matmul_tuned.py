@@ -16,15 +16,17 @@ import torch
 
 import helpers
 from helpers.kernels import matmul as mm
+from helpers.kernels.matmul import persistent as mp
 from helpers.kernels.matmul import plan as plans
 from helpers.kernels.matmul import tuned as mt
+from helpers.kernels.matmul.config import TileConfig
 
 DEVICE = helpers.device()
 CONFIGS = {
     "cpu default": mt.CPU_CONFIG,
-    "16-row tile, split 4": mt._config(16, 32, 32, 4, 4, 1),
-    "64x64, split 2": mt._config(64, 64, 32, 2, 4, 1),
-    "128x128": mt._config(128, 128, 32, 1, 4, 1),
+    "16-row tile, split 4": TileConfig(16, 32, 32, split_k=4, num_warps=4, num_stages=1),
+    "64x64, split 2": TileConfig(64, 64, 32, split_k=2, num_warps=4, num_stages=1),
+    "128x128": TileConfig(128, 128, 32, num_warps=4, num_stages=1),
 }
 SHAPES = [(1, 40, 70), (7, 33, 129), (65, 70, 99), (64, 64, 64)]
 # Relative to the largest output. On a GPU, tl.dot multiplies fp32 as TF32 (10-bit
@@ -117,15 +119,32 @@ def test_decisions_round_trip_through_tritons_cache_dir(tmp_path, monkeypatch):
     decisions = plans.Decisions(salt="test")
     key = "ab" * 32
     assert decisions.get(key) is None
-    decision = {"kernel": "v6", "config": mt.CPU_CONFIG, "row_bytes": plans.LINE}
+    decision = {"kernel": "v6", "config": dict(mt.CPU_CONFIG), "row_bytes": plans.LINE}
     decisions.put(key, decision)
     assert decisions.get(key) == decision
     assert list(tmp_path.rglob(plans.Decisions.FILE)), "written under TRITON_CACHE_DIR"
 
 
+def test_a_decision_saved_as_a_dict_builds_its_plan():
+    """A decision on disk holds its setting as the dict of KEYS (a file written before the
+    settings became TileConfigs reads the same): the plan built from it runs that setting."""
+    a, b = product(33, 40, 72, torch.float16)
+    saved = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 2,
+             "num_warps": 4, "num_stages": 1}
+    c, run, chosen = mt._build(a, b, "v6", saved, plans.VECTOR, verify=False)
+    assert chosen == TileConfig(16, 32, 32, split_k=2, num_warps=4, num_stages=1)
+    assert dict(chosen) == saved, "and writes it back as the same dict"
+    assert_product(c, a, b, "v6 from a saved decision")
+    persistent = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "FLATTEN": True,
+                  "SPLIT_EPILOGUE": False, "num_warps": 4, "num_stages": 1}
+    c, run, chosen = mt._build(a, b, "persistent", persistent, plans.VECTOR, verify=False)
+    assert chosen.option("FLATTEN") and chosen.as_dict(mp.KEYS) == persistent
+    assert_product(c, a, b, "the persistent kernel from a saved decision")
+
+
 def test_split_k_counters_are_left_at_zero_and_the_sum_is_the_same_every_run():
     a, b = product(5, 40, 1000, torch.float32)
-    config = mt._config(16, 32, 32, 8, 4, 1)
+    config = TileConfig(16, 32, 32, split_k=8, num_warps=4, num_stages=1)
     first = mt.matmul_tuned(a, b, config=config)
     again = mt.matmul_tuned(a, b, config=config)
     assert torch.equal(first, again), "split-K sums the slices in a fixed order"
@@ -147,21 +166,30 @@ def test_inputs_that_cannot_work_are_refused_with_a_reason():
         mt.matmul_tuned(a, b.half())
     with pytest.raises(ValueError, match="config lacks"):
         mt.matmul_tuned(a, b, config={"BLOCK_M": 16})
+    with pytest.raises(ValueError, match="no kernel options"):
+        mt.matmul_tuned(a, b, config=mt.CPU_CONFIG.with_options(FLATTEN=True))
     with pytest.raises(ValueError, match="2 dimension"):
         mt.matmul_tuned(a[0], b)
 
 
 def test_what_fits_and_what_is_pruned():
-    big = mt._config(128, 256, 64, 1, 8, 4)
-    assert mt.shared_memory_bytes(big, torch.float16) == 4 * (128 + 256) * 64 * 2
-    assert mt.fits(big, torch.float16)[0]
-    assert not mt.fits(big, torch.float32)[0], "fp32 tiles are twice the bytes"
-    assert not mt.fits(mt._config(256, 256, 32, 1, 4, 2))[0], "256 registers a thread"
+    big = TileConfig(128, 256, 64, num_warps=8, num_stages=4)
+    assert big.shared_memory_bytes(torch.float16) == 4 * (128 + 256) * 64 * 2
+    assert big.fits("H100-SXM", torch.float16)[0]
+    assert not big.fits("H100-SXM", torch.float32)[0], "fp32 tiles are twice the bytes"
+    wide = TileConfig(256, 256, 32, num_warps=4, num_stages=2)
+    assert "512 registers" in wide.fits()[1], "256 x 256 fp32 over 128 threads"
     assert not mt.useful(big, 16, 4096, 4096)[0], "128 rows for M = 16: padding"
-    assert not mt.useful(mt._config(16, 64, 128, 1, 4, 4), 4096, 4096, 4096)[0]
-    split = mt._config(64, 64, 128, 8, 4, 4)
+    skinny = TileConfig(16, 64, 128, num_warps=4, num_stages=4)
+    assert not mt.useful(skinny, 4096, 4096, 4096)[0], "16 rows: B reused too few times"
+    split = TileConfig(64, 64, 128, split_k=8, num_warps=4, num_stages=4)
     assert mt.useful(split, 256, 256, 16384)[0], "16 tiles for 132 SMs: split K"
     assert not mt.useful(split, 4096, 4096, 4096)[0], "4,096 tiles: nothing to gain"
+    # prune keeps what verdict keeps: it fits (an H100 in CPU mode) and is worth timing.
+    a = torch.empty(16, 4096, dtype=torch.float32, device="meta")
+    kept = mt.prune(mt.triton_configs(), {"M": 16, "N": 4096, "K": 4096, "a_ptr": a})
+    want = [c for c in mt.CONFIG_SPACE if mt.verdict(c, 16, 4096, 4096, torch.float32)[0]]
+    assert [TileConfig.from_triton(c) for c in kept] == want and 0 < len(want) < 20
 
 
 def test_shapes_share_a_tuning_by_power_of_two_buckets():
@@ -171,14 +199,15 @@ def test_shapes_share_a_tuning_by_power_of_two_buckets():
 
 
 def test_the_runner_up_is_the_second_best_timing_of_the_key_just_tuned():
-    best, second, third = mt.triton_configs([mt._config(64, 64, 128, 8, 4, 4),
-                                             mt._config(64, 64, 128, 4, 4, 4),
-                                             mt._config(128, 128, 64, 1, 8, 4)])
+    split_8, split_4 = (TileConfig(64, 64, 128, split_k=k, num_warps=4, num_stages=4)
+                        for k in (8, 4))
+    best, second, third = mt.triton_configs(
+        [split_8, split_4, TileConfig(128, 128, 64, num_warps=8, num_stages=4)])
     timings = {third: [3.0, 2.9, 3.1], best: [1.0, 0.9, 1.1], second: [1.5, 1.4, 1.6]}
     tuner = types.SimpleNamespace(cache={"old key": third, "new key": best},
                                   configs_timings=timings)
     got = mt.runner_up(tuner, known={"old key"})
-    assert got == mt._config(64, 64, 128, 4, 4, 4), got
+    assert got == split_4, got
     # Nothing learned by this call, timings that belong to another key, or a single
     # setting timed: no second opinion.
     assert mt.runner_up(tuner, known={"old key", "new key"}) is None

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import helpers
-from helpers import intensity, records
+from helpers import intensity
 from helpers.kernels import memory_wall as mw
-from support import assert_close
+from support import assert_close, committed_record
 
 DEV = helpers.device()
 
@@ -198,7 +198,7 @@ def test_unknown_version():
 
 
 def test_reference_record_is_complete():
-    rec = records.load("memory_wall")
+    rec = committed_record("memory_wall")
     res = rec.results
     for key in ("ops", "arithmetic_sweep", "copy_configs", "size_sweep", "utilization",
                 "fusion", "device"):
@@ -210,7 +210,7 @@ def test_reference_record_is_complete():
 
 def test_recorded_copy_reaches_85_percent_of_peak():
     """The lesson's target: a Triton copy at >= 85% of the datasheet bandwidth."""
-    rec = records.load("memory_wall")
+    rec = committed_record("memory_wall")
     peak = rec.results["table"]["hbm_bandwidth_gbs"]
     copy = rec.results["ops"][0]["comparison"]
     row = next(r for r in copy["rows"] if r["name"].startswith("Triton"))

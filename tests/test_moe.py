@@ -37,8 +37,8 @@ dtype_ids = [str(row[0]).replace("torch.", "") for row in GPU_TABLE]
 # tl.dot takes, and a wide one; GROUP_M 1, 2 and 8 walk the tiles in different orders.
 CONFIGS = {
     "cpu default": G.CPU_CONFIG,
-    "16x16x16 group 1": G._config(16, 16, 16, 4, 1, group_m=1),
-    "32x64x16 group 2": G._config(32, 64, 16, 4, 2, group_m=2),
+    "16x16x16 group 1": G.TileConfig(16, 16, 16, num_warps=4, num_stages=1, group_m=1),
+    "32x64x16 group 2": G.TileConfig(32, 64, 16, num_warps=4, num_stages=2, group_m=2),
 }
 
 # Rows per expert, K, N: the grouped problem's awkward shapes.

@@ -5,7 +5,8 @@ the slow, obvious way (scan the copies once per expert, keep the first ``capacit
 which shares no code with the sort it checks: the permutation, rows, counts, offsets and
 the inverse ``position``, on the awkward cases (experts with no tokens, one token, every
 token to one expert, ``top_k`` equal to the number of experts, capacity drops), then the
-padding a grouped GEMM pays for a tile height. No kernels here: these run in a second.
+routings lesson 08 studies (helpers.kernels.moe.routing: a router skewed toward a few
+experts, a routing's balance). No kernels here: these run in a second.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 import helpers
 from helpers.kernels import moe as M
+from helpers.kernels.moe import routing
 
 DEVICE = helpers.device()
 
@@ -216,17 +218,31 @@ def test_capacity_is_the_fair_share_times_the_factor_rounded_up():
 
 
 # --------------------------------------------------------------------------------------
-# padding_rows
+# Skewed routes and a routing's balance
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("counts,block_m,padding", [
-    ([0, 5, 16, 17], 16, 0 + 11 + 0 + 15),
-    ([1, 1, 1, 1], 64, 4 * 63),
-    ([128, 256], 128, 0),
-    ([0, 0, 0], 32, 0),
-    ([300], 128, 84),                   # three tiles, the last 44 rows full
-])
-def test_padding_rows_rounds_each_expert_up_to_whole_tiles(counts, block_m, padding):
-    assert M.padding_rows(counts, block_m) == padding
-    assert M.padding_rows(torch.tensor(counts, dtype=torch.int32), block_m) == padding
+def test_the_skew_favours_the_hot_experts_more_as_it_grows():
+    logits = routing.router_logits(4096, 256, 32, seed=3)
+    assert torch.equal(routing.skew_bias(32, 0.0), torch.zeros(32))
+    loads = []
+    for s in (0.0, 1.0, 4.0):
+        weights, ids = routing.skewed_route(logits, 4, s, hot=2)
+        assert torch.allclose(weights.sum(-1), torch.ones(4096))
+        counts = torch.bincount(ids.reshape(-1), minlength=32)
+        loads.append(routing.load_summary(counts, 64)["max_over_mean"])
+    assert loads[0] < 1.5 < loads[1] < loads[2] <= 32 / 4 + 1e-9, loads
+    with pytest.raises(ValueError, match="hot"):
+        routing.skew_bias(8, 1.0, hot=9)
+
+
+def test_load_summary():
+    s = routing.load_summary([100, 0, 28], block_m=64)
+    assert s["padding_rows"] == 28 + 36 and s["idle_experts"] == 1
+    assert s["max_over_mean"] == pytest.approx(100 / (128 / 3)) and s["counts"] == [100, 0, 28]
+
+
+def test_the_family_face_routes_with_the_routing_module():
+    # Lessons call moe.route and moe.router_logits; they are the routing module's.
+    assert M.route is routing.route and M.router_logits is routing.router_logits
+    assert M.skewed_route is routing.skewed_route

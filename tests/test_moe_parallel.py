@@ -5,8 +5,9 @@ on the CPU, each rank running the grouped GEMMs in Triton's interpreter; NCCL on
 One launch per world size runs every scenario, and the tests compare each rank's rows
 with the single-process layer on all ranks' tokens, full weights. The scenarios: uneven
 token counts, a rank whose tokens all go to another rank's experts, an expert no token
-chooses, a rank with no tokens at all (and chunks with none). Then the napkin math, the
-checks' messages, and the experiment's code path on CPU ranks.
+chooses, a rank with no tokens at all (and chunks with none). Then the napkin math
+(helpers.intensity.moe, counted in test_intensity.py) against a real routing, the checks'
+messages, and the experiment's code path on CPU ranks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from support import assert_close
 
 import helpers
-from helpers import parallel, runtime
+from helpers import intensity, parallel, runtime
 from helpers.kernels import moe
 from helpers.experiments import moe_parallel as exp
 from helpers.kernels.moe import parallel as ep
@@ -130,7 +131,8 @@ def test_experiment_rank_code_on_two_ranks(ranks):
     assert [c["ok"] for c in out["checks"]] == [True], out["checks"]
     case = out["cases"][0]
     assert case["sequential_ms"] > 0 and case["overlapped_ms"] > 0 and case["all_to_all_ms"] > 0
-    assert case["bytes_sent_per_rank_uniform"] == ep.bytes_sent_per_rank(12, TOP_K, H, 2, "fp32")
+    assert case["bytes_sent_per_rank_uniform"] == \
+        intensity.bytes_sent_per_rank(12, TOP_K, H, 2, "fp32")
     assert 0 < case["bytes_sent_per_rank"] <= 12 * TOP_K * H * 4
     assert all(r["experiment"] is None for r in ranks(2)[1:]), "only rank 0 reports"
 
@@ -150,19 +152,6 @@ def _wrong_features(rank, world):
 # --------------------------------------------------------------------------------------
 
 
-def test_bytes_sent_per_rank_counts_copies_that_leave():
-    # 1000 tokens x 2 copies, 3 in 4 leave, 32 fp16 numbers (2 bytes) each.
-    assert ep.bytes_sent_per_rank(1000, 2, 32, 4, "fp16") == 1000 * 2 * 0.75 * 32 * 2
-    assert ep.bytes_sent_per_rank(1000, 2, 32, 1, torch.float32) == 0, "one rank sends nothing"
-    assert ep.bytes_sent_per_rank(10, 8, 2048, 8, torch.bfloat16) * 2 == \
-        ep.bytes_sent_per_rank(10, 8, 2048, 8, torch.float32)
-    # 16384 tokens, top-8 of 128, H = 2048 bf16, 8 ranks: 470 MB each way, ~1 ms at 450 GB/s.
-    ms = ep.exchange_ms(16384, 8, 2048, 8, "bf16", link_gb_per_s=450)
-    assert ms == pytest.approx(16384 * 8 * 7 / 8 * 2048 * 2 / 450e9 * 1e3)
-    with pytest.raises(ValueError, match="positive GB/s"):
-        ep.exchange_ms(1, 1, 1, 2, "bf16", link_gb_per_s=0)
-
-
 def test_uniform_routing_sends_what_the_napkin_says():
     """Random tokens, random router: the copies that leave rank 0 are near the estimate."""
     T, world, experts = 4000, 4, 16
@@ -170,7 +159,8 @@ def test_uniform_routing_sends_what_the_napkin_says():
     x = torch.randn(T, H, generator=torch.Generator().manual_seed(4))
     _, ids = moe.route(x @ w.router, TOP_K)
     leave = int((ids // (experts // world) != 0).sum()) * H * 4
-    assert leave == pytest.approx(ep.bytes_sent_per_rank(T, TOP_K, H, world, "fp32"), rel=0.1)
+    assert leave == pytest.approx(intensity.bytes_sent_per_rank(T, TOP_K, H, world, "fp32"),
+                                  rel=0.1)
 
 
 # --------------------------------------------------------------------------------------

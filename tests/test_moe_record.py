@@ -12,11 +12,13 @@ import pytest
 import torch
 
 import moe_fixture
-from helpers import records
+from helpers import intensity
 from helpers.experiments import moe as experiment
 from helpers.kernels import moe
 from helpers.plots import moe as plots
 from helpers.plots import moe_routing
+
+from support import committed_record  # tests/support.py
 
 matplotlib.use("Agg")
 
@@ -41,7 +43,10 @@ def test_sizes_are_the_lessons():
     assert im["capacity_factors"] == [1.0, 1.25, 2.0] and im["strengths"][0] == 0.0
     for key in cfg["shapes"]:
         assert cfg["profile_tokens"] in cfg["shapes"][key]["tokens"]
-    assert set(plots.VS_GROUPED_MM) == set(plots.LAYER_VS_LOOP) == set(cfg["shapes"])
+    assert set(experiment.VS_GROUPED_MM) == set(experiment.LAYER_VS_LOOP) == set(cfg["shapes"])
+    assert set(experiment.TARGET_TOKENS) == set(cfg["shapes"])
+    for key, tokens in experiment.TARGET_TOKENS.items():
+        assert tokens in cfg["shapes"][key]["tokens"], "a target holds at a measured count"
 
 
 def test_smoke_sizes_are_tiny_and_shaped_like_the_full_run():
@@ -53,26 +58,6 @@ def test_smoke_sizes_are_tiny_and_shaped_like_the_full_run():
         assert max(s["tokens"]) <= 256
     for key in smoke["shapes"]:
         assert smoke["profile_tokens"] in smoke["shapes"][key]["tokens"]
-
-
-def test_the_skew_favours_the_hot_experts_more_as_it_grows():
-    logits = experiment.router_logits(4096, 256, 32, seed=3)
-    assert torch.equal(experiment.skew_bias(32, 0.0), torch.zeros(32))
-    loads = []
-    for s in (0.0, 1.0, 4.0):
-        weights, ids = experiment.skewed_route(logits, 4, s, hot=2)
-        assert torch.allclose(weights.sum(-1), torch.ones(4096))
-        counts = torch.bincount(ids.reshape(-1), minlength=32)
-        loads.append(experiment.load_summary(counts, 64)["max_over_mean"])
-    assert loads[0] < 1.5 < loads[1] < loads[2] <= 32 / 4 + 1e-9, loads
-    with pytest.raises(ValueError, match="hot"):
-        experiment.skew_bias(8, 1.0, hot=9)
-
-
-def test_load_summary():
-    s = experiment.load_summary([100, 0, 28], block_m=64)
-    assert s["padding_rows"] == 28 + 36 and s["idle_experts"] == 1
-    assert s["max_over_mean"] == pytest.approx(100 / (128 / 3)) and s["counts"] == [100, 0, 28]
 
 
 class _Event:
@@ -212,9 +197,7 @@ def test_targets_name_the_shortfall():
 
 @pytest.fixture(scope="module")
 def rec():
-    if not records.available("moe"):
-        pytest.skip("no moe record committed yet: run ./course record moe on a GPU")
-    return records.load("moe")
+    return committed_record("moe")
 
 
 def test_record_is_complete(rec):
@@ -243,19 +226,19 @@ def test_record_is_internally_consistent(rec):
     for e in rec.results["experts"] + rec.results["layer"]:
         s = experiment.shape_of(cfg, e["shape"])
         assert e["copies"] == e["tokens"] * s.top_k
-        assert e["flops"] == moe.expert_flops(e["copies"], s.hidden, s.width)
+        assert e["flops"] == intensity.expert_flops(e["copies"], s.hidden, s.width)
         for v in e["versions"]:
             if "tflops" in v:
                 assert v["tflops"] == pytest.approx(e["flops"] / v["ms"] / 1e9)
         if "counts" in e:
             assert sum(e["counts"]) == e["copies"] and len(e["counts"]) == s.experts
-            assert e["padding_rows"] == moe.padding_rows(e["counts"], e["block_m"])
+            assert e["padding_rows"] == intensity.padding_rows(e["counts"], e["block_m"])
     im = rec.results["imbalance"]
     s = experiment.shape_of(cfg, im["shape"])
     for lv in im["levels"]:
         counts = torch.tensor(lv["counts"])
         assert int(counts.sum()) == im["copies"] == im["tokens"] * s.top_k
-        assert lv["padding_rows"] == moe.padding_rows(counts, lv["block_m"]) and \
+        assert lv["padding_rows"] == intensity.padding_rows(counts, lv["block_m"]) and \
             lv["block_m"] == im["block_m"]
         assert lv["max_over_mean"] == pytest.approx(float(counts.max()) * s.experts / im["copies"])
         for c in lv["capacity"]:

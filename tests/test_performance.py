@@ -217,7 +217,6 @@ def test_the_course_script_and_the_readme_offer_the_command():
 
 def test_the_moe_extractor_reads_the_experiments_fields():
     moe = pytest.importorskip("helpers.experiments.moe")
-    moe_plots = pytest.importorskip("helpers.plots.moe")
     cfg = moe.sizes(smoke=True)
 
     def versions(tokens, gmm_ok):
@@ -234,7 +233,7 @@ def test_the_moe_extractor_reads_the_experiments_fields():
     for key, s in cfg["shapes"].items():
         checks.append({"shape": key, **{part: [{"name": moe.OURS, "max_error": 0.01, "ok": True}]
                                         for part in ("experts", "layer")}})
-        for T in sorted({*s["tokens"], moe_plots.TARGET_TOKENS[key]}):   # and the held count
+        for T in sorted({*s["tokens"], moe.TARGET_TOKENS[key]}):   # and the held count
             experts.append({"shape": key, "tokens": T, "versions": versions(T, key != "few_large")})
             layer.append({"shape": key, "tokens": T, "versions": [
                 {"name": moe.OURS, "ms": 1.0, "tflops": 50.0},
@@ -245,7 +244,7 @@ def test_the_moe_extractor_reads_the_experiments_fields():
     ratios = {moe.LOOP: 3.0, moe.DENSE: 6.0, moe.GMM[moe.GMM_LAYOUTS[0]]: 4.0}  # ms 1 vs 3, 6, 4
     for key, s in cfg["shapes"].items():
         mine = [r for r in rows if r.shape.startswith(key) and r.kernel.startswith("MoE experts")]
-        for T in (min(s["tokens"]), moe_plots.TARGET_TOKENS[key]):   # smallest, held (largest)
+        for T in (min(s["tokens"]), moe.TARGET_TOKENS[key]):   # smallest, held (largest)
             shown = {r.baseline: r for r in mine if f"T={T} " in r.shape}
             assert shown[moe.LOOP].ratio == 3.0 and shown[moe.DENSE].ratio == 6.0, shown
     experts = [r for r in rows if r.kernel.startswith("MoE experts")]
@@ -258,7 +257,7 @@ def test_the_moe_extractor_reads_the_experiments_fields():
     if "moe_layer_many_small" in perf.TARGETS:          # lesson 08's goals are in
         def held(r):                                    # at the token count a goal holds at
             key = "few_large" if "few_large" in r.shape else "many_small"
-            return f"T={moe_plots.TARGET_TOKENS[key]} " in r.shape
+            return f"T={moe.TARGET_TOKENS[key]} " in r.shape
 
         assert any(held(r) for r in refused) and all(r.missed for r in refused if held(r))
         goal = perf.TARGETS["moe_layer_many_small"].goal

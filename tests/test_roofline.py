@@ -1,8 +1,4 @@
-"""Roofline arithmetic and the plot."""
-
-import matplotlib
-
-matplotlib.use("Agg")
+"""Roofline arithmetic (the chart is tested in test_plots_roofline.py)."""
 
 import pytest
 
@@ -44,12 +40,3 @@ def test_predicted_time_adds_the_launch_cost():
 def test_nonsense_intensity_is_refused():
     with pytest.raises(ValueError, match="positive"):
         roofline.attainable_tflops(0, H100, "fp32")
-
-
-def test_plot_has_labels_units_and_source():
-    pt = roofline.Point("copy", 0.125, 0.4)
-    ax = roofline.plot(H100, dtypes=("fp32", "bf16"), points=[pt], source="recorded on X")
-    assert "FLOP/byte" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel()
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any("bf16 roof" in t for t in labels) and any(t.startswith("copy") for t in labels)
-    assert any("recorded on X" in t.get_text() for t in ax.texts)

@@ -13,10 +13,13 @@ from support import committed_record
 
 
 def test_the_sweep_starts_from_lesson_04s_config_and_every_config_fits_hopper():
-    assert experiment.config_dict(experiment.CONFIGS[0]) == TF32_CONFIG
-    for bm, bn, bk, _, stages, _ in experiment.CONFIGS:
-        sram = stages * (bm * bk + bk * bn) * 4           # fp32 A and B tiles per stage
-        assert sram <= 227 * 1024, (bm, bn, bk, stages)
+    assert experiment.CONFIGS[0] == TF32_CONFIG
+    assert TF32_CONFIG.as_dict(experiment.KEYS) == dict(
+        block_m=128, block_n=128, block_k=32, group_m=8, num_stages=3, num_warps=4)
+    for c in experiment.CONFIGS:
+        sram = c.num_stages * (c.block_m * c.block_k + c.block_k * c.block_n) * 4   # fp32
+        assert sram <= 227 * 1024, c
+        assert c.fits("H100-SXM", torch.float32)[0], c
 
 
 def test_versions_cover_torch_both_ways_and_every_config_in_both_layouts():

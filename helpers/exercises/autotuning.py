@@ -1,12 +1,13 @@
 """Checks for lesson 07 (autotuning): predict, then see the answer.
 
-The expected values come from :mod:`helpers.kernels.matmul.tuned` (the shared-memory and
-register formulas, the buckets of its key) or from a record passed in (which setting won,
-what took longest): never from a typed-in number. A wrong answer that matches a classic
-slip (one pipeline stage counted, 2 bytes for fp32, threads forgotten, shapes not
-bucketed, the split forgotten) gets a message that names it. The last prediction asks where
-the tuned path keeps the persistent TMA kernel rather than v6 (:func:`kernel_patterns`
-says it group by group).
+The expected values come from the setting itself (a
+:class:`~helpers.kernels.matmul.config.TileConfig`: its shared memory and registers), from
+:mod:`helpers.kernels.matmul.tuned` (the buckets of its key) or from a record passed in
+(which setting won, what took longest): never from a typed-in number. A wrong answer that
+matches a classic slip (one pipeline stage counted, 2 bytes for fp32, threads forgotten,
+shapes not bucketed, the split forgotten) gets a message that names it. The last prediction
+asks where the tuned path keeps the persistent TMA kernel rather than v6
+(:func:`kernel_patterns` says it group by group).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from ..dtypes import element_size
 from ..feedback import Feedback, check_choice, check_number
 from ..kernels.matmul import tuned as mt
+from ..kernels.matmul.config import TileConfig
 from ..plots.autotuning import describe, heatmap, kernel_choice_rows
 
 
@@ -31,12 +33,13 @@ def _keep(expected: float, mistakes):
     return out
 
 
-def check_shared_memory(answer, config: dict, dtype=torch.float16) -> Feedback:
+def check_shared_memory(answer, config: TileConfig, dtype=torch.float16) -> Feedback:
     """Exercise: the bytes of shared memory the software pipeline of ``config`` keeps, in
     ``dtype``: ``num_stages x (BLOCK_M x BLOCK_K + BLOCK_K x BLOCK_N) x element size``."""
-    expected = mt.shared_memory_bytes(config, dtype)
-    s, stages = element_size(dtype), config["num_stages"]
-    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    config = TileConfig.of(config)
+    expected = config.shared_memory_bytes(dtype)
+    s, stages = element_size(dtype), config.num_stages
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
     mistakes = [(expected / stages, "you counted one stage: the pipeline keeps num_stages "
                  "A and B tiles in flight"),
                 (expected * 8, "you counted bits, not bytes"),
@@ -51,21 +54,22 @@ def check_shared_memory(answer, config: dict, dtype=torch.float16) -> Feedback:
         if other != s:
             mistakes.append((expected / s * other, f"you took {other} bytes an element; "
                              f"{str(dtype).removeprefix('torch.')} has {s}"))
-    return check_number(f"shared memory of {describe(config)}", answer, expected, rel=0.001,
+    return check_number(f"shared memory of {config.describe()}", answer, expected, rel=0.001,
                         unit="B", mistakes=_keep(expected, mistakes),
                         hint="stages x (A tile + B tile) x bytes an element")
 
 
-def check_registers(answer, config: dict) -> Feedback:
+def check_registers(answer, config: TileConfig) -> Feedback:
     """Exercise: the fp32 accumulator registers a thread holds for ``config``'s tile."""
-    expected = mt.accumulator_registers(config)
-    bm, bn, w = config["BLOCK_M"], config["BLOCK_N"], config["num_warps"]
+    config = TileConfig.of(config)
+    expected = config.accumulator_registers()
+    bm, bn, w = config.block_m, config.block_n, config.num_warps
     mistakes = [(bm * bn / w, "you shared the tile among warps, not threads: a warp is 32 "
                  "threads"),
                 (bm * bn, "you counted the whole tile: it is spread over the program's "
                  "32 x num_warps threads"),
                 (bm * bn / 32, "you forgot num_warps: a program has 32 x num_warps threads")]
-    return check_number(f"accumulator registers a thread for {describe(config)}", answer,
+    return check_number(f"accumulator registers a thread for {config.describe()}", answer,
                         expected, rel=0.001, mistakes=_keep(expected, mistakes),
                         hint="BLOCK_M x BLOCK_N fp32 values over 32 x num_warps threads")
 
@@ -97,18 +101,21 @@ def _bucket_without_floor(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def split_k_programs(M: int, N: int, config: dict) -> int:
-    return math.ceil(M / config["BLOCK_M"]) * math.ceil(N / config["BLOCK_N"]) * config["SPLIT_K"]
+def split_k_programs(M: int, N: int, config: TileConfig) -> int:
+    """Programs of a launch of ``config`` on an ``M x N`` output: ``SPLIT_K`` per tile."""
+    c = TileConfig.of(config)
+    return math.ceil(M / c.block_m) * math.ceil(N / c.block_n) * c.split_k
 
 
-def check_split_k_programs(answer, M: int, N: int, config: dict) -> Feedback:
+def check_split_k_programs(answer, M: int, N: int, config: TileConfig) -> Feedback:
     """Exercise: how many programs a launch of ``config`` runs on an ``M x N`` output."""
+    config = TileConfig.of(config)
     expected = split_k_programs(M, N, config)
-    tiles = expected // config["SPLIT_K"]
+    tiles = expected // config.split_k
     mistakes = [(tiles, "you counted the output tiles: split-K runs SPLIT_K programs on each"),
-                ((M // config["BLOCK_M"]) * (N // config["BLOCK_N"]) * config["SPLIT_K"],
+                ((M // config.block_m) * (N // config.block_n) * config.split_k,
                  "you rounded the tiles down: a partial tile at the edge is a program too")]
-    return check_number(f"programs of {describe(config)} on {M} x {N}", answer, expected,
+    return check_number(f"programs of {config.describe()} on {M} x {N}", answer, expected,
                         rel=0.0, mistakes=_keep(expected, mistakes),
                         hint="ceil(M / BLOCK_M) x ceil(N / BLOCK_N) tiles, SPLIT_K programs each")
 

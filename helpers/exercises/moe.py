@@ -1,9 +1,10 @@
 """Checks and the imbalance explorer for lesson 08 (Mixture-of-Experts): predict, then see.
 
-Expected values come from a formula or a routing made here (the active fraction from the
-shape, the padding from :func:`helpers.kernels.moe.padding_rows` of real counts, the bytes
-of an all-to-all from its sizes) or from a record passed in (the speed-up, the loop's
-launches, whether skew slows the grouped GEMM): never from a typed-in number. A wrong
+Expected values come from the napkin math of :mod:`helpers.intensity.moe` (the active
+fraction from the shape, the padding of real counts, the bytes of an all-to-all from its
+sizes) or from a record passed in (the speed-up, the loop's launches, whether skew slows
+the grouped GEMM): never from a typed-in number. The record is read by the experiment's
+names for its versions (``OURS``, ``LOOP``) and its link (``LINK_GB_PER_S``). A wrong
 answer that matches a classic slip (the fraction inverted, a whole tile of padding per
 expert, the rank's own share sent over the link) gets a message that names it.
 
@@ -17,10 +18,11 @@ import math
 
 import torch
 
+from .. import intensity
 from ..dtypes import element_size
-from ..experiments.moe import LOOP, OURS, router_logits, skewed_route
-from ..feedback import Feedback, check_choice, check_number
+from ..experiments.moe import LOOP, OURS
 from ..experiments.moe_parallel import LINK_GB_PER_S
+from ..feedback import Feedback, check_choice, check_number
 from ..kernels import moe
 from ..kernels.moe import parallel as ep
 from ..plots import moe as moe_plots
@@ -28,7 +30,7 @@ from ..plots.explorer import Explorer, readout_box
 from ..plots.moe_routing import draw_tokens_per_expert
 
 # Link bandwidths out of one GPU, per direction (GB/s): a datasheet's figure for both
-# directions together, halved. The napkin math itself is moe_parallel's.
+# directions together, halved. The napkin math itself is helpers.intensity.moe's.
 H100_DATASHEET = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
 LINKS = {
     "NVLink 4 (H100 SXM)": (LINK_GB_PER_S, "NVIDIA H100 datasheet: NVLink 900 GB/s, both "
@@ -47,14 +49,9 @@ LAUNCHES_PER_EXPERT = ("1", "3", "10")
 # --------------------------------------------------------------------------------------
 
 
-def active_fraction(experts: int, top_k: int) -> float:
-    """The share of the experts' weights (and FLOPs) one token uses."""
-    return top_k / experts
-
-
 def check_active_fraction(answer, experts: int, top_k: int) -> Feedback:
     """Exercise: what fraction of the layer's expert FLOPs does one token pay for?"""
-    expected = active_fraction(experts, top_k)
+    expected = intensity.active_fraction(experts, top_k)
     slips = [(experts / top_k, "you inverted it: a token uses top_k of the E experts"),
              (1 / experts, "you sent each token to one expert; top-k sends it to k"),
              (100 * expected, "you gave a percentage; the question asks for a fraction")]
@@ -68,7 +65,7 @@ def check_padding_rows(answer, counts, block_m: int) -> Feedback:
     """Exercise: estimate the padding rows a grouped GEMM with ``block_m``-row tiles
     computes for the tokens per expert ``counts`` (25% is close enough)."""
     counts = [int(c) for c in counts]
-    expected = moe.padding_rows(counts, block_m)
+    expected = intensity.padding_rows(counts, block_m)
     rows = sum(counts)
     slips = [(len(counts) * block_m, "you gave every expert a whole tile of padding: its "
                                      "last tile is only partly empty, about half on average"),
@@ -83,7 +80,7 @@ def check_padding_rows(answer, counts, block_m: int) -> Feedback:
 def check_all_to_all_bytes(answer, tokens_per_rank: int, top_k: int, hidden: int,
                            ranks: int, dtype="bf16") -> Feedback:
     """Exercise: the bytes one rank sends in the dispatch all-to-all."""
-    expected = ep.bytes_sent_per_rank(tokens_per_rank, top_k, hidden, ranks, dtype)
+    expected = intensity.bytes_sent_per_rank(tokens_per_rank, top_k, hidden, ranks, dtype)
     s = element_size(dtype)
     everything = tokens_per_rank * top_k * hidden * s
     slips = [(everything, "you sent every copy over the link: 1/ranks of them are for "
@@ -181,7 +178,7 @@ def predicted_ms(rec, counts_kept, block_m: int) -> dict:
     im = rec.results["imbalance"]
     base = min(im["levels"], key=lambda lv: lv["strength"])
     kept = [int(c) for c in counts_kept]
-    rows = sum(kept) + moe.padding_rows(kept, block_m)
+    rows = sum(kept) + intensity.padding_rows(kept, block_m)
     out = {"ours": moe_plots.level_ms(base, OURS) * rows / (im["copies"] + base["padding_rows"])}
     dense = _dense_entry(rec, im["shape"], im["tokens"])
     loop0 = moe_plots.level_ms(base, LOOP)
@@ -215,7 +212,7 @@ class ImbalanceExplorer(Explorer):
         self.rec, self.im, self.ranks = rec, rec.results["imbalance"], ranks
         shape = rec.results["config"]["shapes"][self.im["shape"]]
         self.experts, self.top_k = shape["experts"], shape["top_k"]
-        self.logits = logits if logits is not None else router_logits(
+        self.logits = logits if logits is not None else moe.router_logits(
             self.im["tokens"], shape["hidden"], self.experts, seed=701)
         strengths = [lv["strength"] for lv in self.im["levels"]]
         tuned = self.im["block_m"]
@@ -231,7 +228,7 @@ class ImbalanceExplorer(Explorer):
 
     def draw(self, ax, strength, block_m, capacity) -> str:
         T = self.logits.shape[0]
-        _, ids = skewed_route(self.logits, self.top_k, strength, self.im["hot"])
+        _, ids = moe.skewed_route(self.logits, self.top_k, strength, self.im["hot"])
         cap = None if capacity == "none" else moe.capacity(T, self.top_k, self.experts, capacity)
         d = moe.dispatch(ids, self.experts, cap)
         full = torch.bincount(ids.reshape(-1), minlength=self.experts)

@@ -12,6 +12,7 @@ import math
 
 from .. import dtypes, intensity, tile_plan
 from ..feedback import Feedback, _read_number
+from ..kernels.matmul.config import TileConfig, shared_memory_limit
 from ..plots import tiling as tiling_plots
 
 
@@ -63,8 +64,9 @@ def check_max_stages(answer, gpu: str, dtype, block_m: int, block_n: int,
     value = _number(part, answer, "a number of stages")
     if isinstance(value, Feedback):
         return value
-    limit = tile_plan.smem_per_program(tile_plan.hardware.lookup(gpu))
-    stage = intensity.sram_bytes(block_m, block_n, block_k, dtype)
+    # One stage of the tile (warps change nothing here); the GPU table's per-program limit.
+    tile = TileConfig(block_m, block_n, block_k, num_warps=4, num_stages=1)
+    limit, stage = shared_memory_limit(gpu), tile.shared_memory_bytes(dtype)
     expected = limit // stage
     if value == expected:
         return Feedback(part, True, f"{expected} is right: {expected} x {stage / 1024:g} KiB = "

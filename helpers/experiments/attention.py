@@ -56,10 +56,20 @@ SMOKE = {"batch": 1, "heads": 2, "naive_seqs": (128, 256), "flash_seqs": (128, 2
 
 OURS = "ours (Triton)"
 NAIVE = "naive (PyTorch ops)"
+FLASH, CUDNN = "SDPA flash", "SDPA cuDNN"
 # Each SDPA backend, pinned with torch.nn.attention.sdpa_kernel, by the name tables print.
-SDPA_BACKENDS = {"SDPA flash": "FLASH_ATTENTION", "SDPA efficient": "EFFICIENT_ATTENTION",
-                 "SDPA cuDNN": "CUDNN_ATTENTION"}
+SDPA_BACKENDS = {FLASH: "FLASH_ATTENTION", "SDPA efficient": "EFFICIENT_ATTENTION",
+                 CUDNN: "CUDNN_ATTENTION"}
 VERSIONS = (OURS, *SDPA_BACKENDS)
+
+# The lesson's performance targets (bf16, d = 128, batch 4, 16 heads): the lesson's
+# figures (helpers.plots.attention.targets) and the course's performance report
+# (helpers.performance) both judge a record against these.
+TARGET_DTYPE, TARGET_HEAD_DIM = "bf16", 128
+FORWARD_VS_FLASH = (1.0, 2048)        # >= 1.0x SDPA flash from N = 2048, causal or not
+FORWARD_TFLOPS = (450.0, 8192)        # >= 450 TFLOP/s, non-causal, at N = 8192
+BACKWARD_VS_FLASH = (1.0, 4096)       # >= 1.0x SDPA flash from N = 4096, causal or not
+MEMORY_EXPONENT = (1.1, 2048)         # peak memory ~ N^p with p <= 1.1 from N = 2048
 PASSES = intensity.ATTENTION_PASSES
 
 

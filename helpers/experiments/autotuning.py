@@ -33,7 +33,40 @@ import torch
 
 from .. import bench
 from ..kernels.matmul import tuned as mt
+from ..kernels.matmul.config import TileConfig, gpu_in_use
 from . import experiment
+
+# --- The lesson's targets, and how its tables name a setting. -------------------------
+# The lesson's figures (helpers.plots.autotuning.targets), its record tests and the
+# course's performance report (helpers.performance) all judge a record against these.
+GEOMEAN_VS_TORCH = 0.95      # geometric mean of torch_ms / tuned_ms over the sweep
+FLOOR_VS_TORCH = 0.80        # no shape below this
+SQUARE_8192_VS_TORCH = 0.95  # at 8192^3, each dtype
+GEOMEAN_VS_FIXED = 1.2       # tuned against lesson 04's single setting
+CACHED_OVER_UNTUNED = 1.10   # a cached run within 10 % of a run that never tunes
+
+
+def cached_over_untuned(t: dict) -> float:
+    """A cached run's time over a run that never tunes, from a record's ``tuning_time``.
+
+    The experiment runs the two kinds of fresh process in turn, a pair at a time, so this
+    is the median of the pairs' ratios: a slow spell of the machine, which moves a single
+    process by 20 % or more, slows both runs of a pair and cancels. (A record without the
+    runs: the ratio of the two medians.)
+    """
+    cached, untuned = t.get("cached_runs_s"), t.get("untuned_runs_s")
+    if cached and untuned and len(cached) == len(untuned):
+        return statistics.median(c / u for c, u in zip(cached, untuned))
+    if "cached_s" in t and "untuned_s" in t:
+        return t["cached_s"] / t["untuned_s"]
+    return float("nan")
+
+
+def describe(config: dict) -> str:
+    """``128x256x64 w8 s3`` (tile, warps, stages), with split-K and GROUP_M when they matter,
+    and the persistent kernel's options when on (``flatten``, ``split epilogue``): how every
+    table of the lesson, and the performance report, names a recorded setting."""
+    return TileConfig.of(config).describe()      # a record's dict, or the setting itself
 
 SHAPES = [
     ("square 1024", 1024, 1024, 1024), ("square 2048", 2048, 2048, 2048),
@@ -52,7 +85,7 @@ HEATMAP_TILES = [(16, 128), (32, 128), (64, 64), (64, 128), (128, 64), (128, 128
                  (256, 128)]
 HEATMAP_WARPS, HEATMAP_STAGES = (4, 8), (3, 4)
 # Lesson 04's best single setting (its ladder's top rung): 128 x 256 tiles, 8 warps.
-FIXED = mt._config(128, 256, 64, 1, 8, 3)
+FIXED = TileConfig(128, 256, 64, num_warps=8, num_stages=3)
 OVERHEAD_SHAPE = (64, 64, 64)
 # cuBLAS and the tuned path are timed this many times in turn; a row keeps the median of
 # each one's medians. A cold-L2 timing hides a call's host work only while the GPU is busy
@@ -87,9 +120,9 @@ def heatmaps() -> list[dict]:
         for bm, bn in HEATMAP_TILES:
             for warps in HEATMAP_WARPS:
                 for stages in HEATMAP_STAGES:
-                    config = mt._config(bm, bn, 64, 1, warps, stages)
-                    row = dict(config)
-                    ok, why = mt.fits(config, torch.float16)
+                    config = TileConfig(bm, bn, 64, num_warps=warps, num_stages=stages)
+                    row = config.as_dict(mt.KEYS)
+                    ok, why = config.fits(gpu_in_use()[0], torch.float16)
                     if not ok:
                         rows.append({**row, "ms": None, "tflops": None, "error": why})
                         continue
@@ -107,10 +140,9 @@ def _choice(a, b) -> dict:
     """The kernel the tuned path kept for this shape, and its setting in v6's keys (the
     persistent kernel never splits K); its own options apart."""
     choice = mt.last_choice(a, b)
-    config = choice["config"]
-    keys = {k: config.get(k, {"GROUP_M": 8, "SPLIT_K": 1}.get(k)) for k in mt.KEYS}
-    options = {k: config[k] for k in ("FLATTEN", "SPLIT_EPILOGUE") if k in config}
-    return {"tuned_kernel": choice["kernel"], "tuned_config": keys, "tuned_options": options,
+    config = TileConfig.from_dict(choice["config"])     # GROUP_M 8, SPLIT_K 1 where unsaid
+    return {"tuned_kernel": choice["kernel"], "tuned_config": config.as_dict(mt.KEYS),
+            "tuned_options": dict(config.options),
             "tuned_layout": choice.get("layout"),
             "candidates_ms": choice.get("candidates_ms")}
 
@@ -185,7 +217,7 @@ def launch_overhead(calls: int = 2000) -> dict:
     M, N, K = OVERHEAD_SHAPE
     a, b = _inputs(M, N, K, torch.float16)
     c = mt.matmul_tuned(a, b)
-    config = mt.config_of(mt.matmul_kernel_v6_tuned.best_config)
+    config = TileConfig.from_triton(mt.matmul_kernel_v6_tuned.best_config)
 
     def host_us(fn) -> float:
         fn()
@@ -226,6 +258,6 @@ def autotuning() -> dict:
         "tuning_time": _guarded(lambda: _tuning_time(tuning_s)),
         "heatmaps": _guarded(heatmaps),
         "launch_overhead": _guarded(launch_overhead),
-        "space": list(mt.CONFIG_SPACE),
-        "fixed": FIXED,
+        "space": [c.as_dict(mt.KEYS) for c in mt.CONFIG_SPACE],
+        "fixed": FIXED.as_dict(mt.KEYS),
     }

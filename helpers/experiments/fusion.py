@@ -53,6 +53,14 @@ DTYPE = "bf16"
 WARPS = (4, 8, 16, 32)
 GELU_CONFIGS = ((2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16))
 
+# The lesson's performance goals: the lesson's table (helpers.plots.fusion.targets) and the
+# course's performance report (helpers.performance) both judge a record against these.
+SOFTMAX_VS_TORCH = 1.0      # fused softmax over torch.softmax, geometric mean over the sweep
+SOFTMAX_VS_NAIVE = 3.0      # fused softmax over the naive 5-op softmax, the same
+RMSNORM_VS_EAGER = 1.5      # fused residual add + RMSNorm over eager PyTorch
+RMSNORM_OF_COPY = 0.8       # its GB/s as a fraction of the copy recorded beside it
+BIAS_GELU_VS_EAGER = 2.0    # fused bias + GELU over eager PyTorch
+
 
 # --------------------------------------------------------------------------------------
 # The measurements (GPU only).
@@ -91,6 +99,18 @@ def _versions(title: str, versions: dict, want, tolerance, flops: int, baseline:
             row["error"] = f"{type(err).__name__}: {str(err)[:600]}"
         rows.append(row)
     return {"title": title, "baseline": baseline, "rows": rows}
+
+
+def _setting_row(run, nbytes: int, **setting) -> dict:
+    """One row of a sweep over launch settings: ``setting`` with the time of ``run()`` and
+    the GB/s of its ``nbytes``, or the error that stopped it (a setting the GPU refuses,
+    such as too many warps, must not lose the rest of the sweep)."""
+    try:
+        run()                                   # compiles, and must run, before it is timed
+        ms = bench.time_ms(run)
+        return {**setting, "ms": ms, "gbps": bench.gbps(nbytes, ms)}
+    except Exception as err:  # noqa: BLE001
+        return {**setting, "error": f"{type(err).__name__}: {err}"[:300]}
 
 
 def _compile(fn):
@@ -174,15 +194,29 @@ def _softmax_warps() -> list[dict]:
     for i, n in enumerate(SOFTMAX_NS):
         x = _randn((SOFTMAX_M, n), dt, seed=200 + i, scale=3.0)
         nbytes = intensity.softmax(SOFTMAX_M, n, dt, "fused").nbytes
-        for w in WARPS:
-            try:
-                sk.softmax_v1(x, num_warps=w)
-                ms = bench.time_ms(lambda: sk.softmax_v1(x, num_warps=w))
-                rows.append({"n": n, "num_warps": w, "ms": ms, "gbps": bench.gbps(nbytes, ms)})
-            except Exception as err:  # noqa: BLE001
-                rows.append({"n": n, "num_warps": w, "error": f"{type(err).__name__}: {err}"[:300]})
+        rows += [_setting_row(lambda w=w: sk.softmax_v1(x, num_warps=w), nbytes, n=n,
+                              num_warps=w) for w in WARPS]
         del x
     return rows
+
+
+def _elementwise_chain(title: str, inputs: tuple, eager, fused: dict, reference,
+                       count) -> dict:
+    """An elementwise chain of two PyTorch kernels at ``GELU_SHAPE`` in ``DTYPE``, beside
+    ``torch.compile`` of it and the Triton kernels that fuse it (``fused``: label -> fn).
+    ``count(m, n, dtype, version)`` is its napkin math: the eager version moves the
+    "unfused" bytes, the fused ones (``torch.compile``'s too) the "fused" bytes."""
+    m, n = GELU_SHAPE
+    dt = torch_dtype(DTYPE)
+    compiled = _compile(eager)
+    eager_b, fused_b = (count(m, n, dt, v).nbytes for v in ("unfused", "fused"))
+    versions = {"eager PyTorch (2 kernels)": (lambda: eager(*inputs), eager_b),
+                "torch.compile(eager)": (lambda: compiled(*inputs), fused_b)}
+    versions.update({label: (lambda fn=fn: fn(*inputs), fused_b) for label, fn in fused.items()})
+    cmp = _versions(f"{title} {m}x{n} {DTYPE}", versions, reference(*inputs), gk.TOLERANCES[dt],
+                    count(m, n, dt).flops, baseline="eager PyTorch (2 kernels)")
+    cmp.update(shape=[m, n], dtype=DTYPE)
+    return cmp
 
 
 def _bias_gelu() -> dict:
@@ -190,18 +224,10 @@ def _bias_gelu() -> dict:
     dt = torch_dtype(DTYPE)
     x = _randn((m, n), dt, seed=300, scale=2.0)
     bias = _randn((n,), dt, seed=301)
-    compiled = _compile(gk.bias_gelu_eager)
-    eager_b, fused_b = (intensity.bias_gelu(m, n, dt, v).nbytes for v in ("unfused", "fused"))
-    cmp = _versions(
-        f"bias + GELU {m}x{n} {DTYPE}",
-        {"eager PyTorch (2 kernels)": (lambda: gk.bias_gelu_eager(x, bias), eager_b),
-         "torch.compile(eager)": (lambda: compiled(x, bias), fused_b),
-         "fused Triton (v1, flat)": (lambda: gk.bias_gelu(x, bias), fused_b),
-         "fused Triton (v2, 2-D tiles)": (lambda: gk.bias_gelu_v2(x, bias), fused_b)},
-        gk.bias_gelu_reference(x, bias), gk.TOLERANCES[dt], intensity.bias_gelu(m, n, dt).flops,
-        baseline="eager PyTorch (2 kernels)")
-    cmp.update(shape=[m, n], dtype=DTYPE)
-    return cmp
+    return _elementwise_chain(
+        "bias + GELU", (x, bias), gk.bias_gelu_eager,
+        {"fused Triton (v1, flat)": gk.bias_gelu, "fused Triton (v2, 2-D tiles)": gk.bias_gelu_v2},
+        gk.bias_gelu_reference, intensity.bias_gelu)
 
 
 def _gelu_configs() -> list[dict]:
@@ -212,15 +238,9 @@ def _gelu_configs() -> list[dict]:
     nbytes = intensity.bias_gelu(m, n, dt, "fused").nbytes
     rows = []
     for version, fn in (("v1", gk.bias_gelu), ("v2", gk.bias_gelu_v2)):
-        for block, warps in GELU_CONFIGS:
-            try:
-                fn(x, bias, block, warps)
-                ms = bench.time_ms(lambda: fn(x, bias, block, warps))
-                rows.append({"version": version, "block_size": block, "num_warps": warps,
-                             "ms": ms, "gbps": bench.gbps(nbytes, ms)})
-            except Exception as err:  # noqa: BLE001
-                rows.append({"version": version, "block_size": block, "num_warps": warps,
-                             "error": f"{type(err).__name__}: {err}"[:300]})
+        rows += [_setting_row(lambda fn=fn, b=block, w=warps: fn(x, bias, b, w), nbytes,
+                              version=version, block_size=block, num_warps=warps)
+                 for block, warps in GELU_CONFIGS]
     return rows
 
 
@@ -229,17 +249,8 @@ def _swiglu() -> dict:
     dt = torch_dtype(DTYPE)
     gate = _randn((m, n), dt, seed=310, scale=2.0)
     up = _randn((m, n), dt, seed=311)
-    compiled = _compile(gk.swiglu_eager)
-    eager_b, fused_b = (intensity.swiglu(m, n, dt, v).nbytes for v in ("unfused", "fused"))
-    cmp = _versions(
-        f"SwiGLU {m}x{n} {DTYPE}",
-        {"eager PyTorch (2 kernels)": (lambda: gk.swiglu_eager(gate, up), eager_b),
-         "torch.compile(eager)": (lambda: compiled(gate, up), fused_b),
-         "fused Triton": (lambda: gk.swiglu(gate, up), fused_b)},
-        gk.swiglu_reference(gate, up), gk.TOLERANCES[dt], intensity.swiglu(m, n, dt).flops,
-        baseline="eager PyTorch (2 kernels)")
-    cmp.update(shape=[m, n], dtype=DTYPE)
-    return cmp
+    return _elementwise_chain("SwiGLU", (gate, up), gk.swiglu_eager,
+                              {"fused Triton": gk.swiglu}, gk.swiglu_reference, intensity.swiglu)
 
 
 def _rmsnorm_inputs(seed: int):
@@ -271,15 +282,8 @@ def _rmsnorm_warps() -> list[dict]:
     m, n = RMSNORM_SHAPE
     x, r, w = _rmsnorm_inputs(410)
     nbytes = intensity.residual_rmsnorm(m, n, DTYPE, "fused").nbytes
-    rows = []
-    for warps in WARPS:
-        try:
-            rk.residual_rmsnorm(x, r, w, num_warps=warps)
-            ms = bench.time_ms(lambda: rk.residual_rmsnorm(x, r, w, num_warps=warps))
-            rows.append({"num_warps": warps, "ms": ms, "gbps": bench.gbps(nbytes, ms)})
-        except Exception as err:  # noqa: BLE001
-            rows.append({"num_warps": warps, "error": f"{type(err).__name__}: {err}"[:300]})
-    return rows
+    return [_setting_row(lambda warps=warps: rk.residual_rmsnorm(x, r, w, num_warps=warps),
+                         nbytes, num_warps=warps) for warps in WARPS]
 
 
 def _traces() -> dict:

@@ -32,6 +32,7 @@ import torch
 from .. import bench, intensity, runtime
 from ..dtypes import torch_dtype
 from ..kernels.matmul import epilogue as me
+from ..kernels.matmul.config import TileConfig
 from ..kernels import softmax as sk
 from ..launches import parse_inductor_code, trace
 from . import experiment
@@ -47,13 +48,13 @@ EPILOGUE_NS = (2048, 4096, 8192)
 EPILOGUE_DTYPE = "fp16"
 # The Triton product's configuration: the faster of these for the plain product, per size,
 # then the same one with the epilogue.
-EPILOGUE_CONFIGS = ((128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 4, 8))
+EPILOGUE_CONFIGS = tuple(TileConfig(128, 256, 64, num_stages=s, num_warps=8) for s in (3, 4))
 PROFILE_NS = (4096, 16384)
 PROFILE_CALLS = 10
 FLUSH_BYTES = 256 * 2**20            # what do_bench writes to empty the L2 between runs
 REPEATS = 3
 SMOKE = dict(spelling_ns=(256,), epilogue_ns=(64,), profile_ns=(256,), m=8, repeats=1,
-             epilogue_configs=((32, 32, 32, 4, 1, 4),))
+             epilogue_configs=(me.CPU_CONFIG,))
 
 
 # --------------------------------------------------------------------------------------
@@ -185,13 +186,14 @@ def _epilogue(ns, configs, repeats) -> list[dict]:
         for cfg in configs:       # every configuration right, with and without the epilogue
             try:
                 for act in me.ACTIVATIONS:
-                    checks[f"{act} {cfg}"] = _check_epilogue(
-                        me.matmul_act(a, b, act, config=cfg), a, b, act, f"{act} {cfg}")
+                    what = f"{act} {cfg.describe()}"
+                    checks[what] = _check_epilogue(
+                        me.matmul_act(a, b, act, config=cfg), a, b, act, what)
                 usable.append(cfg)
             except AssertionError:
                 raise
             except Exception as err:  # noqa: BLE001 - a tile the compiler cannot fit
-                checks[f"{cfg}"] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+                checks[cfg.describe()] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
         if not usable:
             raise RuntimeError(f"no epilogue configuration compiled at {n}^3: {checks}")
         checks["cuBLAS, then F.leaky_relu"] = _check_epilogue(
@@ -219,8 +221,7 @@ def _epilogue(ns, configs, repeats) -> list[dict]:
         rate = {k: ({"gbps": bench.gbps(pass_bytes, t["ms"])} if k.startswith("F.leaky_relu")
                     else {"tflops": bench.tflops(flops, t["ms"])}) for k, t in times.items()}
         out.append({"n": n, "dtype": EPILOGUE_DTYPE,
-                    "config": dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
-                                        "num_stages", "num_warps"), cfg)),
+                    "config": cfg.as_dict(me.LAUNCH_KEYS),
                     "pass_bytes": pass_bytes, "checks": checks,
                     "rows": [{"name": k, **t, **rate[k]} for k, t in times.items()]})
     return out
@@ -280,7 +281,8 @@ def _check_on_any_device(m, spelling_ns, epilogue_ns, configs) -> None:
         a, b = _randn((n, n), torch.float16, seed=2), _randn((n, n), torch.float16, seed=3)
         for cfg in configs:
             for act in me.ACTIVATIONS:
-                _check_epilogue(me.matmul_act(a, b, act, config=cfg), a, b, act, f"{act} {cfg}")
+                _check_epilogue(me.matmul_act(a, b, act, config=cfg), a, b, act,
+                                f"{act} {cfg.describe()}")
 
 
 @experiment("fusion_more")

@@ -13,7 +13,7 @@ Four parts, all in this one process:
   the per-expert loop (``experts_loop``), ``torch._grouped_mm`` with the gate and up
   weights concatenated (both weight layouts, each recorded as run or refused, with why),
   and a dense matmul doing the same FLOPs ``(R x H) @ (H x 2I)``, SwiGLU, ``(R x I) @
-  (I x H)``. Medians of rounds taken in turn; FLOPs by :func:`~moe.expert_flops`.
+  (I x H)``. Medians of rounds taken in turn; FLOPs by :func:`helpers.intensity.expert_flops`.
 * **layer** and **profile**: ``moe_forward`` against ``moe_loop``; one forward of each
   under ``torch.profiler``: the kernels (as lesson 06's ``kernel_table``) and, for ours,
   each stage (router matmul, softmax/top-k, dispatch, grouped SwiGLU, grouped down,
@@ -21,9 +21,9 @@ Four parts, all in this one process:
   ``record_function`` range. (On the H100 record, torch 2.11 with Triton 3.6, the profiler
   attributes no Triton launch to its range: their kernels appear in the kernel table only.)
 * **imbalance**: the many-experts shape at one token count, its router's logits pushed
-  toward a few "hot" experts by a strength ``s`` (:func:`skewed_route`): tokens per
-  expert, the padding rows at the tuned ``BLOCK_M``, max/mean load, ours and the loop
-  timed; and each capacity factor's dropped copies and time.
+  toward a few "hot" experts by a strength ``s`` (:mod:`helpers.kernels.moe.routing`):
+  tokens per expert, the padding rows at the tuned ``BLOCK_M``, max/mean load, ours and
+  the loop timed; and each capacity factor's dropped copies and time.
 
 ``moe(smoke=True)`` runs every part at tiny sizes in seconds. The lesson's tables and
 figures are drawn by :mod:`helpers.plots.moe`.
@@ -41,8 +41,10 @@ import torch.nn.functional as F
 
 from .. import bench, runtime
 from ..dtypes import torch_dtype
+from ..intensity import expert_flops
 from ..kernels import moe
 from ..kernels.moe import grouped as mg
+from ..kernels.moe.routing import HOT_EXPERTS, load_summary, router_logits, skewed_route
 from . import experiment
 from .attention import _failure, kernel_table
 
@@ -51,7 +53,6 @@ SHAPES = {"few_large": moe.FEW_LARGE, "many_small": moe.MANY_SMALL}
 TOKENS = {"few_large": (1024, 4096, 8192), "many_small": (1024, 4096, 8192, 16384)}
 PROFILE_TOKENS = 4096
 IMBALANCE_SHAPE, IMBALANCE_TOKENS = "many_small", 8192
-HOT_EXPERTS = 4                                # experts the skewed router favours
 STRENGTHS = (0.0, 0.5, 1.0, 2.0, 4.0)          # logit bias added to the hot experts
 CAPACITY_FACTORS = (1.0, 1.25, 2.0)
 SMOKE_SHAPES = {"few_large": moe.Shape("few large experts (smoke)", 8, 2, 128, 256),
@@ -69,6 +70,17 @@ EXPERT_VERSIONS = (OURS, OURS_SORTED, LOOP, *GMM.values(), DENSE)
 LAYER_VERSIONS = (OURS, LOOP)
 STAGES = ("router matmul", "softmax / top-k", "dispatch (sort)", "grouped SwiGLU",
           "grouped down", "combine")
+
+# The lesson's performance targets, per shape key: ours (gathering, as the layer runs it)
+# against torch._grouped_mm and the dense matmul; the layer against the loop. Each holds at
+# the token count it was set for (the course's measured starting point: 8k tokens with 128
+# experts, 4k with 8); the other token counts are shown, not held to it (at 1k tokens and
+# 128 experts, reading the weights alone takes longer than the dense matmul's whole run).
+# The lesson's figures (helpers.plots.moe.targets) and the performance report judge by them.
+TARGET_TOKENS = {"many_small": 8192, "few_large": 4096}
+VS_GROUPED_MM = {"many_small": 1.0, "few_large": 0.95}
+VS_DENSE = 0.8
+LAYER_VS_LOOP = {"many_small": 4.0, "few_large": 1.0}
 
 
 def _shape_dict(s: moe.Shape) -> dict:
@@ -91,43 +103,6 @@ def sizes(smoke: bool = False) -> dict:
 def shape_of(cfg: dict, key: str) -> moe.Shape:
     s = cfg["shapes"][key]
     return moe.Shape(s["name"], s["experts"], s["top_k"], s["hidden"], s["width"])
-
-
-# --------------------------------------------------------------------------------------
-# A skewed router (no GPU needed: the lesson's widget routes with the same recipe).
-# --------------------------------------------------------------------------------------
-
-
-def router_logits(tokens: int, hidden: int, experts: int, seed: int = 0, device=None):
-    """``x @ w_router`` in fp32 for random tokens and a random router, scaled like
-    :func:`helpers.kernels.moe.make_weights`: logits of order 1, no expert favoured."""
-    g = torch.Generator(device=device or "cpu").manual_seed(seed)
-    x = torch.randn(tokens, hidden, generator=g, device=device)
-    w = torch.randn(hidden, experts, generator=g, device=device) / math.sqrt(hidden)
-    return x @ w
-
-
-def skew_bias(experts: int, strength: float, hot: int = HOT_EXPERTS, device=None):
-    """``strength`` added to the logits of experts ``0 .. hot - 1``, 0 to the others."""
-    if not 0 < hot <= experts:
-        raise ValueError(f"hot must be between 1 and the number of experts ({experts}), got {hot}")
-    bias = torch.zeros(experts, device=device)
-    bias[:hot] = strength
-    return bias
-
-
-def skewed_route(logits: torch.Tensor, top_k: int, strength: float, hot: int = HOT_EXPERTS):
-    """:func:`~helpers.kernels.moe.route` of ``logits`` pushed toward the hot experts."""
-    logits = logits.float()
-    return moe.route(logits + skew_bias(logits.shape[1], strength, hot, logits.device), top_k)
-
-
-def load_summary(counts, block_m: int) -> dict:
-    """Tokens per expert, the padding rows at ``block_m`` and the busiest expert's load."""
-    c = [int(v) for v in counts]
-    mean = sum(c) / len(c)
-    return {"counts": c, "padding_rows": moe.padding_rows(c, block_m), "block_m": block_m,
-            "max_over_mean": max(c) / mean if mean else 0.0, "idle_experts": c.count(0)}
 
 
 # --------------------------------------------------------------------------------------
@@ -312,7 +287,7 @@ def _check(key: str, s: moe.Shape, w, gmm: dict, dtype, tokens: int) -> dict:
 
 def _experts_entry(key, s, b, w, gmm, dtype, tokens) -> dict:
     R = b.xs.shape[0]
-    flops = moe.expert_flops(R, s.hidden, s.width)
+    flops = expert_flops(R, s.hidden, s.width)
     block_m = _block_m(b, w)
     entry = {"shape": key, "tokens": tokens, "copies": R, "flops": flops,
              **load_summary(b.d.counts, block_m)}
@@ -326,7 +301,7 @@ def _experts_entry(key, s, b, w, gmm, dtype, tokens) -> dict:
 
 
 def _layer_entry(key, s, b, w, tokens) -> dict:
-    flops = moe.expert_flops(b.xs.shape[0], s.hidden, s.width)
+    flops = expert_flops(b.xs.shape[0], s.hidden, s.width)
     return {"shape": key, "tokens": tokens, "copies": b.xs.shape[0], "flops": flops,
             "versions": _timed_together({OURS: lambda: moe.moe_forward(b.x, w, s.top_k),
                                          LOOP: lambda: moe.moe_loop(b.x, w, s.top_k)}, flops)}
@@ -428,7 +403,7 @@ def _imbalance(cfg: dict, w, dtype) -> dict:
         weights, ids = skewed_route(logits, s.top_k, strength, im["hot"])
         d = moe.dispatch(ids, s.experts)
         b = SimpleNamespace(x=x, d=d, xs=x[d.rows.long()].contiguous())
-        flops = moe.expert_flops(T * s.top_k, s.hidden, s.width)
+        flops = expert_flops(T * s.top_k, s.hidden, s.width)
         level = {"strength": strength, **load_summary(d.counts, _block_m(b, w)),
                  "versions": _timed_together({
                      OURS: lambda: moe.experts_forward(x, d, w),
@@ -437,7 +412,7 @@ def _imbalance(cfg: dict, w, dtype) -> dict:
         for factor in im["capacity_factors"]:
             cap = moe.capacity(T, s.top_k, s.experts, factor)
             dc = moe.dispatch(ids, s.experts, cap)
-            kept = moe.expert_flops(dc.rows.numel(), s.hidden, s.width)
+            kept = expert_flops(dc.rows.numel(), s.hidden, s.width)
             level["capacity"].append({"factor": factor, "capacity": cap, "dropped": dc.dropped,
                                       **_timed(OURS, lambda: moe.experts_forward(x, dc, w),
                                                kept)})

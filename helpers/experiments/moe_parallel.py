@@ -14,8 +14,8 @@ time kept is the largest over the ranks, then the median over runs):
   achieves on the bytes that leave each rank; ``experts_ms``: the local experts alone on
   the rows received. Overlap can at best hide the exchanges behind the experts:
   ``sequential ~ experts + 2 x all-to-all``, ``overlapped >= max(experts, 2 x all-to-all)``;
-* the napkin math: bytes each rank sends each way under uniform routing, and the least
-  time over NVLink at :data:`LINK_GB_PER_S`.
+* the napkin math (:mod:`helpers.intensity.moe`): bytes each rank sends each way under
+  uniform routing, and the least time over NVLink at :data:`LINK_GB_PER_S`.
 
 Before timing, each shape is checked at the first token count: both versions against
 the single-GPU :func:`~helpers.kernels.moe.moe_forward` on all ranks' tokens with the full
@@ -32,7 +32,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .. import parallel, runtime
+from .. import intensity, parallel, runtime
 from ..dtypes import dtype_key, torch_dtype
 from ..kernels import moe
 from ..kernels.moe import parallel as ep
@@ -152,16 +152,17 @@ def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
     # Measured: the bytes that leave the busiest sender, the rows of the busiest receiver.
     away, rows_in = _slowest([(sum(send) - send[rank]) * row_bytes, sum(recv)], device)
     mean_in = T * top_k
-    expected = ep.bytes_sent_per_rank(T, top_k, H, world, dtype)
+    expected = intensity.bytes_sent_per_rank(T, top_k, H, world, dtype)
     return {
         "tokens_per_rank": T, "sequential_ms": seq_ms, "overlapped_ms": ovl_ms,
         "speedup": seq_ms / ovl_ms, "overlapped_ms_by_chunks": by_chunks, "all_to_all_ms": a2a_ms,
         "all_to_all_gb_per_s": away / (a2a_ms * 1e-3) / 1e9 if a2a_ms > 0 else None,
         "experts_ms": experts_ms,
-        "experts_tflops": moe.expert_flops(int(rows_in), H, I) / (experts_ms * 1e-3) / 1e12
+        "experts_tflops": intensity.expert_flops(int(rows_in), H, I) / (experts_ms * 1e-3) / 1e12
         if experts_ms > 0 else None,
         "bytes_sent_per_rank": away, "bytes_sent_per_rank_uniform": expected,
-        "napkin_exchange_ms": ep.exchange_ms(T, top_k, H, world, dtype, cfg["link_gb_per_s"]),
+        "napkin_exchange_ms": intensity.exchange_ms(T, top_k, H, world, dtype,
+                                                    cfg["link_gb_per_s"]),
         "rows_received_max": int(rows_in), "rows_received_mean": mean_in,
     }
 

@@ -36,6 +36,7 @@ import torch
 from .. import bench, intensity, runtime
 from ..dtypes import torch_dtype
 from ..kernels import matmul as mm
+from ..kernels.matmul.config import TileConfig
 from . import experiment
 
 REFERENCES = (                 # key, dtype, n, TF32 allowed
@@ -183,7 +184,7 @@ def _check(c, a, b, what: str) -> None:
         raise AssertionError(f"{what} is wrong: relative error {err:.3g}")
 
 
-def _v5_config(a, b):
+def _v5_config(a, b) -> TileConfig | None:
     """The setting v5's autotuner picks for these inputs (GPU), as matmul_v5's ``config``."""
     if runtime.is_cpu():
         return None
@@ -191,9 +192,8 @@ def _v5_config(a, b):
     want = (a.shape[0], b.shape[1], a.shape[1])
     for key, cfg in mm.matmul_kernel_v5_tuned[a.dtype].cache.items():
         if tuple(key[:3]) == want:
-            k = cfg.kwargs
-            return (k["BLOCK_M"], k["BLOCK_N"], k["BLOCK_K"], k["GROUP_M"], cfg.num_stages,
-                    cfg.num_warps, bool(k["EPILOGUE_SPLIT"]))
+            config = TileConfig.from_triton(cfg)
+            return config.with_options(EPILOGUE_SPLIT=bool(config.option("EPILOGUE_SPLIT")))
     raise RuntimeError("v5's autotuner kept no setting for this shape")
 
 
@@ -259,7 +259,7 @@ def noise(sizes=None, identical_n: int = IDENTICAL_N, rounds: int = ROUNDS,
            "identical_configs": {
                "config": {"rung": "v5", "label": "v5 TMA, persistent", "n": identical_n,
                           "dtype": "fp16",
-                          "setting": dict(zip(mm.TMA_CONFIG_KEYS, config or ()))},
+                          "setting": config.as_dict(mm.TMA_CONFIG_KEYS) if config else {}},
                "a": stats(per_round["a"]), "b": stats(per_round["b"])},
            "clocks": {"max_sm_mhz": s["max_sm_mhz"], "power_limit_w": s["power_limit_w"],
                       "temperature_c_after": s["temperature_c"],

@@ -25,32 +25,30 @@ import torch
 
 from .. import bench, hardware, intensity, runtime
 from ..kernels import matmul as mm
+from ..kernels.matmul.config import TileConfig
 from . import experiment
+from .tiling import LAUNCH_KEYS as KEYS  # how the record writes a setting
 from .tiling import TF32_CONFIG
 
 N = 4096
 REPEATS = 3
-# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps). fp32 tiles take twice the
-# SRAM of fp16 ones: 128 x 256 x 32 is 48 KiB a stage, 128 x 128 x 64 is 64 KiB.
+# fp32 tiles take twice the SRAM of fp16 ones: 128 x 256 x 32 is 48 KiB a stage, 128 x 128
+# x 64 is 64 KiB. GROUP_M is 8 throughout.
 CONFIGS = (
-    (128, 128, 32, 8, 3, 4),          # lesson 04's TF32_CONFIG
-    (128, 128, 32, 8, 4, 8),
-    (128, 256, 32, 8, 3, 8),
-    (256, 128, 32, 8, 3, 8),
-    (128, 128, 64, 8, 3, 8),
-    (128, 256, 64, 8, 2, 8),
+    TF32_CONFIG,                      # lesson 04's: 128 x 128 x 32, 3 stages, 4 warps
+    TileConfig(128, 128, 32, num_stages=4, num_warps=8),
+    TileConfig(128, 256, 32, num_stages=3, num_warps=8),
+    TileConfig(256, 128, 32, num_stages=3, num_warps=8),
+    TileConfig(128, 128, 64, num_stages=3, num_warps=8),
+    TileConfig(128, 256, 64, num_stages=2, num_warps=8),
 )
 LAYOUTS = ("row-major B", "column-major B")
-KEYS = ("block_m", "block_n", "block_k", "group_m", "num_stages", "num_warps")
 # The interpreter computes in fp32 whatever it is asked: the smoke run checks every version
 # on a small product, then stops at the first timing.
-SMOKE = dict(n=64, configs=((32, 32, 32, 2, 1, 4), (64, 32, 32, 2, 1, 4)), repeats=1)
+SMOKE = dict(n=64, configs=tuple(TileConfig(bm, 32, 32, group_m=2, num_stages=1, num_warps=4)
+                                 for bm in (32, 64)), repeats=1)
 # A wrong kernel is off by O(1); TF32 by about 1e-3 relative; true fp32 by about 1e-6.
 MAX_REL_ERROR = {"tf32": 1e-2, "ieee": 1e-4}
-
-
-def config_dict(config) -> dict:
-    return dict(zip(KEYS, config))
 
 
 def rel_error(c: torch.Tensor, exact: torch.Tensor) -> float:
@@ -83,18 +81,16 @@ def _versions(a, b, b_cols, configs) -> dict:
         torch_mm("highest"), {"kind": "torch", "allow_tf32": False})
     out["torch.matmul, TF32 (allow_tf32=True)"] = (
         torch_mm("high"), {"kind": "torch", "allow_tf32": True})
-    lesson = tuple(TF32_CONFIG[k] for k in KEYS)
     out["tl.dot true fp32 (ieee), lesson 04's config"] = (
-        lambda: mm.matmul_v3(a, b, precision="ieee", **TF32_CONFIG),
-        {"kind": "triton ieee", "layout": LAYOUTS[0], "config": config_dict(lesson)})
+        lambda: mm.launch_v3(a, b, TF32_CONFIG, precision="ieee"),
+        {"kind": "triton ieee", "layout": LAYOUTS[0], "config": TF32_CONFIG.as_dict(KEYS)})
     for layout, bb in zip(LAYOUTS, (b, b_cols)):
         for cfg in configs:
-            name = f"tl.dot TF32, {layout}, " + "x".join(map(str, cfg[:3])) + \
-                f" g{cfg[3]} s{cfg[4]} w{cfg[5]}"
-            out[name] = (lambda bb=bb, cfg=cfg: mm.matmul_v3(a, bb, precision="tf32",
-                                                             **config_dict(cfg)),
-                         {"kind": "triton tf32", "layout": layout, "config": config_dict(cfg),
-                          "lesson_config": cfg == lesson})
+            name = (f"tl.dot TF32, {layout}, {cfg.block_m}x{cfg.block_n}x{cfg.block_k}"
+                    f" g{cfg.group_m} s{cfg.num_stages} w{cfg.num_warps}")
+            out[name] = (lambda bb=bb, cfg=cfg: mm.launch_v3(a, bb, cfg, precision="tf32"),
+                         {"kind": "triton tf32", "layout": layout, "config": cfg.as_dict(KEYS),
+                          "lesson_config": cfg == TF32_CONFIG})
     return out
 
 
@@ -147,7 +143,7 @@ def tf32(n: int = N, configs=CONFIGS, repeats: int = REPEATS, smoke: bool = Fals
             for k, (_, info) in versions.items()]
     spec = hardware.current_gpu()
     return {"n": n, "repeats": repeats, "rows": rows, "failed": failed,
-            "lesson_config": config_dict(tuple(TF32_CONFIG[k] for k in KEYS)),
+            "lesson_config": TF32_CONFIG.as_dict(KEYS),
             "peak_tflops": {k: spec.peak(k) for k in ("fp32", "tf32")} if spec else None,
             "torch_default_precision": torch.get_float32_matmul_precision(),
             "seconds": round(time.perf_counter() - start, 1)}

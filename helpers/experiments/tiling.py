@@ -22,6 +22,7 @@ cores draw less power on zeros and run faster):
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import torch
 import triton
@@ -29,6 +30,7 @@ import triton
 from .. import bench, hardware, intensity
 from ..dtypes import torch_dtype
 from ..kernels import matmul as mm
+from ..kernels.matmul.config import TileConfig
 from . import experiment
 
 SIZES = (512, 1024, 2048, 4096, 8192)
@@ -65,7 +67,7 @@ TF32_SIZE = 4096
 # (row-major order, as in v2) up. Large enough that B (128 MiB in fp16) dwarfs the L2.
 GROUP_SIZE = 8192
 GROUP_MS = (1, 2, 4, 8, 16, 32, 64)
-GROUP_CONFIG = (128, 256, 64, 4, 8)      # BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps
+GROUP_CONFIG = TileConfig(128, 256, 64, num_stages=4, num_warps=8)   # GROUP_M: the sweep's
 
 
 def _inputs(n: int, dtype, seed: int = 0):
@@ -176,15 +178,14 @@ def knobs(n: int = KNOB_SIZE, tiles=KNOB_TILES, stages=KNOB_STAGES, warps=KNOB_W
     for bm, bn, bk in tiles:
         for w in warps:
             for s in stages:
-                row = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": s,
-                       "num_warps": w, "dtype": dtype, "n": n,
-                       "sram_model": intensity.sram_bytes(bm, bn, bk, dt, s)}
+                setting = TileConfig(bm, bn, bk, num_stages=s, num_warps=w)
+                row = {**setting.as_dict(KNOB_KEYS), "dtype": dtype, "n": n,
+                       "sram_model": setting.shared_memory_bytes(dt)}
                 grid = (triton.cdiv(n, bm) * triton.cdiv(n, bn),)
                 try:
                     compiled = mm.matmul_kernel_v3[grid](
                         a, b, c, n, n, n, *a.stride(), *b.stride(), *c.stride(),
-                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PRECISION="tf32",
-                        num_warps=w, num_stages=s)
+                        **setting.as_dict(mm.CONFIG_KEYS), PRECISION="tf32")
                 except Exception as err:  # noqa: BLE001 - a config that does not fit
                     row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
                     rows.append(row)
@@ -193,9 +194,7 @@ def knobs(n: int = KNOB_SIZE, tiles=KNOB_TILES, stages=KNOB_STAGES, warps=KNOB_W
                 row["shared_bytes"] = int(compiled.metadata.shared)
                 row["registers"] = int(getattr(compiled, "n_regs", 0) or 0)
                 row["spills"] = int(getattr(compiled, "n_spills", 0) or 0)
-                ms = bench.time_ms(lambda: mm.matmul_v3(  # noqa: B023
-                    a, b, block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=w,
-                    num_stages=s))
+                ms = bench.time_ms(lambda: mm.launch_v3(a, b, setting))  # noqa: B023
                 row.update(ms=ms, tflops=bench.tflops(intensity.matmul(n, n, n).flops, ms))
                 rows.append(row)
     ms = bench.time_ms(lambda: torch.matmul(a, b))
@@ -207,33 +206,33 @@ def knobs(n: int = KNOB_SIZE, tiles=KNOB_TILES, stages=KNOB_STAGES, warps=KNOB_W
 def groups(n: int = GROUP_SIZE, group_ms=GROUP_MS, config=GROUP_CONFIG,
            dtype: str = "fp16") -> list[dict]:
     """v3 at one tile configuration with the program order changed: GROUP_M = 1 is v2's."""
-    bm, bn, bk, s, w = config
     a, b = _inputs(n, torch_dtype(dtype), seed=3)
     ref = torch.matmul(a.float(), b.float())
     rows = []
     for g in group_ms:
-        fn = _launcher("v3", dict(block_m=bm, block_n=bn, block_k=bk, group_m=g,
-                                  num_stages=s, num_warps=w))
-        _check(fn(a, b), ref, f"v3 GROUP_M={g}")
-        ms = bench.time_ms(lambda: fn(a, b))  # noqa: B023
-        rows.append({"GROUP_M": g, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
-                     "num_stages": s, "num_warps": w, "dtype": dtype, "n": n, "ms": ms,
+        setting = replace(config, group_m=g)
+        _check(mm.launch_v3(a, b, setting), ref, f"v3 GROUP_M={g}")
+        ms = bench.time_ms(lambda: mm.launch_v3(a, b, setting))  # noqa: B023
+        rows.append({**setting.as_dict(mm.CONFIG_KEYS), "dtype": dtype, "n": n, "ms": ms,
                      "tflops": bench.tflops(intensity.matmul(n, n, n).flops, ms)})
     return rows
 
 
 # fp32 tiles take twice the bytes of fp16 ones: a 128 x 128 x 32 tile with 3 stages.
-TF32_CONFIG = dict(block_m=128, block_n=128, block_k=32, group_m=8, num_stages=3, num_warps=4)
+TF32_CONFIG = TileConfig(128, 128, 32, num_stages=3, num_warps=4)
+# How the tiling and tf32 records write a setting of v3: matmul_v3's keyword names.
+LAUNCH_KEYS = ("block_m", "block_n", "block_k", "group_m", "num_stages", "num_warps")
+KNOB_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")   # the knob rows'
 
 
 def tf32(n: int = TF32_SIZE, config=None) -> dict:
     """fp32 inputs: TF32 tensor cores versus true fp32, error and speed."""
-    config = dict(config or TF32_CONFIG)
+    config = TileConfig.of(config or TF32_CONFIG)
     a, b = _inputs(n, torch.float32, seed=2)
     exact = torch.matmul(a.double(), b.double())
-    out = {"n": n, "config": config}
-    for name, fn in (("tf32", lambda: mm.matmul_v3(a, b, precision="tf32", **config)),
-                     ("ieee", lambda: mm.matmul_v3(a, b, precision="ieee", **config)),
+    out = {"n": n, "config": config.as_dict(LAUNCH_KEYS)}
+    for name, fn in (("tf32", lambda: mm.launch_v3(a, b, config, precision="tf32")),
+                     ("ieee", lambda: mm.launch_v3(a, b, config, precision="ieee")),
                      ("torch", lambda: torch.matmul(a, b))):
         c = fn().double()
         ms = bench.time_ms(fn)

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import triton
 
 from .. import bounds, runtime
-from ..feedback import Feedback, not_implemented
-from .registry import SEED, answer, is_not_implemented
+from ..feedback import Feedback, graded_number, not_implemented
+from .registry import SEED, Part, answer, is_not_implemented
 
 
 @dataclass(frozen=True)
@@ -58,15 +59,34 @@ def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def loops_unwatchable() -> str | None:
+    """Why this GPU machine cannot watch a kernel with a loop, or None: the watch runs it
+    interpreted, and Triton < 3.7's interpreter stops on loops under NumPy >= 2.4."""
+    v = runtime._version_tuple
+    if runtime.is_gpu() and v(triton.__version__) < (3, 7) and v(np.__version__) >= (2, 4):
+        return (f"this machine's Triton {triton.__version__} interpreter cannot run kernels "
+                f"with loops under NumPy {np.__version__}, so loads and stores could "
+                "not be watched here (the other parts ran compiled). Grade with the "
+                "course's environment (./course env: Triton 3.7.1) or in CPU mode")
+    return None
+
+
 class KernelTask:
     """What an assignment says about its graded function. Subclass and fill in."""
 
     function = ""                 # the name the notebook defines, e.g. "vector_add"
     call = ""                     # how it is called, for messages: "vector_add(a, b)"
     outputs: tuple[str, ...] = ("C",)
-    tensors = ""                  # the kernel's tensors, for messages: "A, B and C"
     inputs_named: tuple[str, ...] = ()   # the inputs' names, for messages: ("A", "B")
     mask_hint = ""                # what to do about an out-of-bounds access
+    loops = False                 # the kernel loops (over K, over key blocks): see unwatchable
+
+    @property
+    def tensors(self) -> str:
+        """The kernel's tensors, for messages: "A, B and C", the inputs then the outputs. A
+        task whose kernel reads more (a table of counts, a saved lse) names them all."""
+        *first, last = (*self.inputs_named, *self.outputs)
+        return f"{', '.join(first)} and {last}" if first else last
 
     def first(self) -> Case:
         """A small trial run first: it tells the learner's block sizes."""
@@ -100,8 +120,9 @@ class KernelTask:
         return tuple(result)
 
     def unwatchable(self) -> str | None:
-        """Why this machine cannot watch the kernel's loads and stores, or None."""
-        return None
+        """Why this machine cannot watch the kernel's loads and stores, or None
+        (:func:`loops_unwatchable` for a kernel that :attr:`loops`)."""
+        return loops_unwatchable() if self.loops else None
 
     def summary(self, cases) -> str:
         """The trials, in a few words, for a passing message."""
@@ -460,3 +481,15 @@ def close_hint(got, want, atol: float, rtol: float) -> tuple[int, tuple] | None:
 
 def finite_or_nan(x: float) -> str:
     return "NaN" if math.isnan(x) else f"{x:.4g}"
+
+
+def number_part(key, part: str, title: str, points: float, name: str, unit: str,
+                hint: str = "") -> Part:
+    """A napkin-math part worth ``points``: the notebook's number ``name`` against
+    ``key[part]``, the assignment's answer key (read when judged: sealed in a student
+    release). The verdict names a known slip, never the answer; ``hint`` is shown when no
+    known slip matches."""
+    def judge(ns):
+        return graded_number(f"{part} {title}", answer(ns, name), key[part], unit=unit,
+                             hint=hint)
+    return Part(part, title, points, judge, (name,))

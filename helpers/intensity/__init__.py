@@ -34,7 +34,8 @@ plots and grading may all use it:
 * :mod:`.elementwise`: streaming ops (lessons 01-03);
 * :mod:`.fusion`: row ops and fused epilogues (lesson 05);
 * :mod:`.matmuls`: matrix products and tile formulas (lessons 04 and 07);
-* :mod:`.attention_passes`: attention, forward and backward (lesson 06).
+* :mod:`.attention_passes`: attention, forward and backward (lesson 06);
+* :mod:`.moe`: a Mixture-of-Experts layer's experts, padding and all-to-all (lesson 08).
 
 Every count is also a name of this package (``intensity.matmul(...)``). The modules of
 matrix products and attention are named ``matmuls`` and ``attention_passes``, not after
@@ -56,3 +57,6 @@ from .matmuls import (  # noqa: F401
     matmul, tile_intensity, sram_bytes, accumulator_bytes)
 from .attention_passes import (  # noqa: F401
     attention_materialised, attention_tiled, ATTENTION_VERSIONS, attention, ATTENTION_PASSES)
+from .moe import (  # noqa: F401
+    expert_flops, active_fraction, tiles_per_expert, padding_rows, bytes_sent_per_rank,
+    exchange_ms)

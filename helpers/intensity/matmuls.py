@@ -58,14 +58,22 @@ def tile_intensity(block_m: int, block_n: int, block_k: int, dtype) -> float:
     return 2 * block_m * block_n * block_k / ((block_m * block_k + block_k * block_n) * s)
 
 
-def sram_bytes(block_m: int, block_n: int, block_k: int, dtype, num_stages: int = 1) -> int:
-    """Shared memory one matmul program needs for its A and B tiles: one buffer per stage.
+def sram_bytes(block_m: int, block_n: int, block_k: int, dtype, num_stages: int = 1,
+               staged_c: float = 0) -> int:
+    """Shared memory one matmul program needs for its A and B tiles: one buffer per stage,
+    and, for a kernel that stores C through the TMA, the staging buffer of that store.
 
-    The model counts the operand buffers only. The compiler may add a staging buffer
-    for the output tile or reuse the operand buffers for it; the recorded GPU run
-    compares this model with what the compiler reports.
+    ``staged_c`` is the share of the ``block_m x block_n`` tile of C staged in shared
+    memory before a TMA store: 0 (the default) for a kernel that stores C straight from
+    registers, 1 for a whole tile, 1/2 for a tile stored as two halves. Otherwise the
+    model counts the operand buffers only; the compiler may add a few bytes of barriers,
+    and the recorded GPU run compares this model with what the compiler reports.
     """
-    return max(1, num_stages) * (block_m * block_k + block_k * block_n) * element_bytes(dtype)
+    if staged_c not in (0, 0.5, 1):
+        raise ValueError(f"staged_c is the share of the C tile staged for a TMA store: 0, "
+                         f"0.5 or 1, got {staged_c!r}")
+    operands = max(1, num_stages) * (block_m * block_k + block_k * block_n)
+    return (operands + int(block_m * block_n * staged_c)) * element_bytes(dtype)
 
 
 def accumulator_bytes(block_m: int, block_n: int) -> int:

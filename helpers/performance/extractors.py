@@ -9,8 +9,7 @@ set over a whole sweep, and every row that misses a target.
 
 from __future__ import annotations
 
-from ..plots import attention as attention_plots
-from ..plots import autotuning as autotuning_plots
+from ..experiments import autotuning as autotuning_experiment
 from .rows import (Context, RecordFieldError, Row, Value, by_peak, by_ratio, check_of, count,
                    geomean_of, rate_of, ratio_of, summary, timing, versions)
 from .targets import TARGETS
@@ -118,28 +117,27 @@ def fusion(rec) -> list[Row]:
 def attention(rec) -> list[Row]:
     """Lesson 06: forward and backward beside FlashAttention-2 (SDPA flash) at the target
     length, causal or not, and cuDNN there; plus every length that misses a target."""
-    from ..experiments.attention import OURS
+    from ..experiments import attention as a
 
     ctx = Context(rec)
-    dtype, d = attention_plots.TARGET_DTYPE, attention_plots.TARGET_HEAD_DIM
-    tflops_at = attention_plots.FORWARD_TFLOPS[1]
-    start = {"forward": attention_plots.FORWARD_VS_FLASH[1],
-             "backward": attention_plots.BACKWARD_VS_FLASH[1]}
+    dtype, d = a.TARGET_DTYPE, a.TARGET_HEAD_DIM
+    tflops_at = a.FORWARD_TFLOPS[1]
+    start = {"forward": a.FORWARD_VS_FLASH[1], "backward": a.BACKWARD_VS_FLASH[1]}
     ctx.res["tflops"].one(dtype=dtype, head_dim=d, seq=tflops_at)   # the target's length is there
     rows = []
     for e in ctx.res["tflops"].where_(dtype=dtype, head_dim=d):
         pass_, causal, n = e["pass"], e["causal"], e["seq"]
         check = ctx.res["checks"].one(dtype=dtype, head_dim=d, causal=causal)
-        wrong = check_of(check["rows"].one(name=OURS), f"{pass_}_ok")
+        wrong = check_of(check["rows"].one(name=a.OURS), f"{pass_}_ok")
         shape = (f"B={e['batch']} H={e['heads']} N={n} d={d} {dtype}"
                  + (", causal" if causal else ""))
         targets = [(f"attention_{pass_}", by_ratio)] if n >= start[pass_] else []
         if pass_ == "forward" and not causal and n == tflops_at:
             targets.append(("attention_tflops", lambda r: r.ours.number))
-        for base in (attention_plots.FLASH, attention_plots.CUDNN):
-            row = versions(ctx, e, OURS, base, f"attention {pass_}: {OURS}", shape, "TFLOP/s",
-                           dtype, targets if base == attention_plots.FLASH else (), wrong)
-            if n == tflops_at and (base == attention_plots.FLASH or not causal) or row.missed:
+        for base in (a.FLASH, a.CUDNN):
+            row = versions(ctx, e, a.OURS, base, f"attention {pass_}: {a.OURS}", shape,
+                           "TFLOP/s", dtype, targets if base == a.FLASH else (), wrong)
+            if n == tflops_at and (base == a.FLASH or not causal) or row.missed:
                 rows.append(row)
     return rows
 
@@ -168,7 +166,7 @@ def autotuning(rec) -> list[Row]:
     rows.append(summary(ctx, f"{TUNED} (geometric mean)", sweep, "torch.matmul",
                         geomean_of(ratio_of(s["tuned_ms"], s["torch_ms"]) for s in shapes),
                         "tuned_geomean"))
-    fixed = f"lesson 04's setting ({autotuning_plots.describe(res['fixed'].value)})"
+    fixed = f"lesson 04's setting ({autotuning_experiment.describe(res['fixed'].value)})"
     rows.append(summary(ctx, f"{TUNED} (geometric mean)", sweep, fixed,
                         geomean_of(ratio_of(s["tuned_ms"], s["fixed_ms"]) for s in shapes),
                         "tuned_vs_fixed"))
@@ -179,9 +177,10 @@ def autotuning(rec) -> list[Row]:
                         f"every call of the sweep ({sweep}); medians of "
                         f"{len(t['cached_runs_s'])} processes, ratio: median of the pairs",
                         "a fresh process with lesson 04's setting (never tunes)", cached, untuned,
-                        1 / autotuning_plots.cached_over_untuned(t.value),
+                        1 / autotuning_experiment.cached_over_untuned(t.value),
                         verdicts=[("tuning_cache",
-                                   lambda r: autotuning_plots.cached_over_untuned(t.value))]))
+                                   lambda r: autotuning_experiment.cached_over_untuned(
+                                       t.value))]))
     return rows
 
 
@@ -189,11 +188,10 @@ def moe(rec) -> list[Row]:
     """Lesson 08: the experts as one grouped GEMM beside the per-expert loop,
     ``torch._grouped_mm`` (its faster weight layout) and a dense matmul of the same FLOPs at
     each shape's smallest and largest token count and the one its targets hold at
-    (``plots.moe.TARGET_TOKENS``), the whole layer beside the loop at the same; every
+    (``experiments.moe.TARGET_TOKENS``), the whole layer beside the loop at the same; every
     token count that misses a target; a part of the experiment that
     failed, as a row that says so."""
     from ..experiments import moe as m
-    from ..plots import moe as moe_plots
 
     ctx = Context(rec)
     res, rows = ctx.res, []
@@ -208,7 +206,7 @@ def moe(rec) -> list[Row]:
         wrong = {part: check_of(checks[0][part].one(name=m.OURS)) if checks else ""
                  for part in ("experts", "layer")}
         found = res["experts"].where_(shape=key) or [res["experts"].one(shape=key)]
-        held = moe_plots.TARGET_TOKENS.get(key)          # the token count its goals hold at
+        held = m.TARGET_TOKENS.get(key)          # the token count its goals hold at
         shown = {min(e["tokens"] for e in found), max(e["tokens"] for e in found), held}
         for e in found:
             gmm = [v for v in e["versions"] if v["name"] in m.GMM.values()]

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import bench, hardware, records
-from ..plots.fusion import geomean
 from .targets import TARGETS, number
 
 
@@ -174,7 +173,7 @@ def ratio_of(ours_ms, base_ms) -> float | None:
 
 def geomean_of(ratios) -> float | None:
     ratios = list(ratios)
-    return None if None in ratios else geomean(ratios)
+    return None if None in ratios else bench.geomean(ratios)
 
 
 def by_ratio(row: Row) -> float | None:

@@ -1,20 +1,23 @@
 """What the course asks of each comparison the performance report shows, and where it says so.
 
 A goal stated in a lesson's notebook or held by a record test is written down here once,
-with its source; a goal that already lives in code (lesson 06's and 07's, in their plots
-modules, which their record tests use) is taken from there, so the two cannot drift apart.
+with its source; a goal that already lives in code (lessons 05 to 08, beside each
+experiment in :mod:`helpers.experiments`, where the lesson's plots, its record tests and
+this report all read it) is taken from there, so they cannot drift apart. (Each source
+names the lesson's plots module, whose ``targets()`` judges a record against the goal.)
 ``tests/test_performance.py`` also checks that the report's verdicts agree with each
 lesson's own ``targets()``.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from .. import hardware
-from ..plots import attention as _AP
-from ..plots import autotuning as _AT
+from ..experiments import attention as _AP
+from ..experiments import autotuning as _AT
+from ..experiments import fusion as _FU
+from ..experiments import moe as _MOE
 
 
 def number(v: float) -> str:
@@ -73,16 +76,19 @@ TARGETS = {
                           "8192^3, fp16 and bf16: {goal} the speed of torch.matmul",
                           "notebooks/04_tiling.ipynb, 'The target'",
                           gpus=_HOPPER),
-    "softmax_vs_torch": Target(1.0, "x", "lesson 05's fused softmax: {goal} the speed of "
-                               "torch.softmax, geometric mean over the sweep", _FUSION),
-    "softmax_vs_naive": Target(3.0, "x", "lesson 05's fused softmax: {goal} the speed of the "
-                               "naive 5-op softmax, geometric mean over the sweep", _FUSION),
-    "rmsnorm_vs_eager": Target(1.5, "x", "lesson 05's fused residual add + RMSNorm: {goal} the "
-                               "speed of eager PyTorch", _FUSION),
-    "rmsnorm_vs_copy": Target(0.8, "%", "lesson 05's fused residual add + RMSNorm: {goal} of "
-                              "the copy bandwidth recorded beside it", _FUSION),
-    "bias_gelu_vs_eager": Target(2.0, "x", "lesson 05's fused bias + GELU: {goal} the speed "
-                                 "of eager PyTorch", _FUSION),
+    "softmax_vs_torch": Target(_FU.SOFTMAX_VS_TORCH, "x", "lesson 05's fused softmax: {goal} "
+                               "the speed of torch.softmax, geometric mean over the sweep",
+                               _FUSION),
+    "softmax_vs_naive": Target(_FU.SOFTMAX_VS_NAIVE, "x", "lesson 05's fused softmax: {goal} "
+                               "the speed of the naive 5-op softmax, geometric mean over the "
+                               "sweep", _FUSION),
+    "rmsnorm_vs_eager": Target(_FU.RMSNORM_VS_EAGER, "x", "lesson 05's fused residual add + "
+                               "RMSNorm: {goal} the speed of eager PyTorch", _FUSION),
+    "rmsnorm_vs_copy": Target(_FU.RMSNORM_OF_COPY, "%", "lesson 05's fused residual add + "
+                              "RMSNorm: {goal} of the copy bandwidth recorded beside it",
+                              _FUSION),
+    "bias_gelu_vs_eager": Target(_FU.BIAS_GELU_VS_EAGER, "x", "lesson 05's fused bias + GELU: "
+                                 "{goal} the speed of eager PyTorch", _FUSION),
     "attention_forward": Target(
         _AP.FORWARD_VS_FLASH[0], "x", f"lesson 06's forward, {_AP.TARGET_DTYPE}, d = "
         f"{_AP.TARGET_HEAD_DIM}, from N = {_AP.FORWARD_VS_FLASH[1]}, causal or not: {{goal}} "
@@ -121,26 +127,21 @@ TARGETS = {
 
 
 def _lesson_08() -> dict:
-    """Lesson 08's goals, per shape, from its plots module (none while it is not there)."""
-    try:
-        moe = importlib.import_module("..plots.moe", __package__)
-    except ModuleNotFoundError as err:
-        if err.name != "helpers.plots.moe":
-            raise
-        return {}
+    """Lesson 08's goals, per shape, each held at the token count the lesson set it for."""
     src = "helpers/plots/moe.py, {}; its targets()"
+    tokens = _MOE.TARGET_TOKENS
     out = {f"moe_vs_grouped_mm_{k}": Target(
-        goal, "x", f"lesson 08's experts, {k} shape, {moe.TARGET_TOKENS[k]} tokens: {{goal}} the speed of "
-        "torch._grouped_mm (its faster weight layout)", src.format("VS_GROUPED_MM"))
-        for k, goal in moe.VS_GROUPED_MM.items()}
+        goal, "x", f"lesson 08's experts, {k} shape, {tokens[k]} tokens: {{goal}} the speed "
+        "of torch._grouped_mm (its faster weight layout)", src.format("VS_GROUPED_MM"))
+        for k, goal in _MOE.VS_GROUPED_MM.items()}
     out.update({f"moe_vs_dense_{k}": Target(
-        moe.VS_DENSE, "x", f"lesson 08's experts, {k} shape, {tokens} tokens: {{goal}} the "
+        _MOE.VS_DENSE, "x", f"lesson 08's experts, {k} shape, {n} tokens: {{goal}} the "
         "speed of a dense matmul of the same FLOPs", src.format("VS_DENSE"))
-        for k, tokens in moe.TARGET_TOKENS.items()})
+        for k, n in tokens.items()})
     out.update({f"moe_layer_{k}": Target(
-        goal, "x", f"lesson 08's layer, {k} shape, {moe.TARGET_TOKENS[k]} tokens: {{goal}} the speed of "
+        goal, "x", f"lesson 08's layer, {k} shape, {tokens[k]} tokens: {{goal}} the speed of "
         "the per-expert loop", src.format("LAYER_VS_LOOP"))
-        for k, goal in moe.LAYER_VS_LOOP.items()})
+        for k, goal in _MOE.LAYER_VS_LOOP.items()})
     return out
 
 

@@ -16,18 +16,14 @@ from __future__ import annotations
 import math
 
 from .. import hardware, roofline
-from ..experiments.attention import NAIVE, OURS, VERSIONS
+from ..experiments.attention import (BACKWARD_VS_FLASH, CUDNN, FLASH, FORWARD_TFLOPS,
+                                     FORWARD_VS_FLASH, MEMORY_EXPONENT, NAIVE, OURS,
+                                     TARGET_DTYPE, TARGET_HEAD_DIM, VERSIONS)
 from . import finish
+from . import roofline as roofline_plots
 from .fusion import format_rows
 
-FLASH, CUDNN = "SDPA flash", "SDPA cuDNN"
 GIB = 2**30
-# The lesson's performance targets (bf16, d = 128, batch 4, 16 heads).
-TARGET_DTYPE, TARGET_HEAD_DIM = "bf16", 128
-FORWARD_VS_FLASH = (1.0, 2048)        # >= 1.0x SDPA flash from N = 2048, causal or not
-FORWARD_TFLOPS = (450.0, 8192)        # >= 450 TFLOP/s, non-causal, at N = 8192
-BACKWARD_VS_FLASH = (1.0, 4096)       # >= 1.0x SDPA flash from N = 4096, causal or not
-MEMORY_EXPONENT = (1.1, 2048)         # peak memory ~ N^p with p <= 1.1 from N = 2048
 
 
 def _k(n: int) -> str:
@@ -248,9 +244,9 @@ def plot_roofline(rec, ax=None):
     points = roofline_points(rec)
     xs = [p.intensity for p in points] or [1.0]
     xlim = (2 ** math.floor(math.log2(min(xs) / 2)), 2 ** math.ceil(math.log2(max(xs) * 2)))
-    ax = roofline.plot(gpu, dtypes=(m["dtype"],), points=(), ax=ax, xlim=xlim,
-                       source=rec.label, title=f"Attention forward on the {gpu.name} roofline, "
-                       f"d={m['head_dim']} {m['dtype']}")
+    ax = roofline_plots.plot(gpu, dtypes=(m["dtype"],), points=(), ax=ax, xlim=xlim,
+                             source=rec.label, title=f"Attention forward on the {gpu.name} "
+                             f"roofline, d={m['head_dim']} {m['dtype']}")
     for short, marker, colour in (("naive", "o", "C3"), ("ours", "s", "C2")):
         pts = [p for p in points if p.label.startswith(short)]
         ax.plot([p.intensity for p in pts], [p.tflops for p in pts], marker, ls="-", lw=0.8,
@@ -274,7 +270,8 @@ def plot_roofline(rec, ax=None):
 
 def targets(rec) -> list[dict]:
     """Lesson 06's performance targets, each with the measured value and a verdict (a value
-    the record lacks counts as not met). Goals: see the constants at the top."""
+    the record lacks counts as not met). Goals: the experiment's (FORWARD_VS_FLASH, ...,
+    in :mod:`helpers.experiments.attention`)."""
     rows = []
 
     def add(name, value, goal, unit, at_most=False):

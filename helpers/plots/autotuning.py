@@ -21,21 +21,21 @@ from __future__ import annotations
 import math
 
 from .. import records
+from ..bench import geomean
+from ..experiments.autotuning import (CACHED_OVER_UNTUNED, FLOOR_VS_TORCH,
+                                      GEOMEAN_VS_FIXED, GEOMEAN_VS_TORCH, SQUARE_8192_VS_TORCH,
+                                      cached_over_untuned, describe)
 from ..kernels.matmul import tuned as mt
 from . import finish
-from .autotuning_heatmaps import (HeatmapExplorer, describe, draw_heatmap,  # noqa: F401
+from .autotuning_heatmaps import (HeatmapExplorer, draw_heatmap,  # noqa: F401
                                   gpu_key, heatmap, plot_heatmaps, tflops_of, winners)
 from .explorer import new_figure
-from .fusion import format_rows, geomean  # noqa: F401  (format_rows: the lesson's tables)
+from .fusion import format_rows  # noqa: F401  (format_rows: the lesson's tables)
 
 TOPIC = "autotuning"
 
-# The issue's performance targets (H100, side by side in one run).
-GEOMEAN_VS_TORCH = 0.95      # geometric mean of torch_ms / tuned_ms over the sweep
-FLOOR_VS_TORCH = 0.80        # no shape below this
-SQUARE_8192_VS_TORCH = 0.95  # at 8192^3, each dtype
-GEOMEAN_VS_FIXED = 1.2       # tuned against lesson 04's single setting
-CACHED_OVER_UNTUNED = 1.10   # a cached run within 10 % of a run that never tunes
+# The lesson's performance targets (H100, side by side in one run) are the experiment's,
+# beside the measurements they judge: GEOMEAN_VS_TORCH, FLOOR_VS_TORCH, ... above.
 MIN_SHAPES = 16              # shapes in the sweep, each in fp16 and bf16
 
 
@@ -79,24 +79,6 @@ def geomeans(rec) -> dict:
                    "tuned/fixed": geomean(s["tuned_vs_fixed"] for s in rows),
                    "fixed/torch": geomean(s["tuned_vs_torch"] / s["tuned_vs_fixed"] for s in rows),
                    "shapes": len(rows)} for name, rows in groups.items()}
-
-
-def cached_over_untuned(t: dict) -> float:
-    """A cached run's time over a run that never tunes, from a record's ``tuning_time``.
-
-    The experiment runs the two kinds of fresh process in turn, a pair at a time, so this
-    is the median of the pairs' ratios: a slow spell of the machine, which moves a single
-    process by 20 % or more, slows both runs of a pair and cancels. (A record without the
-    runs: the ratio of the two medians.)
-    """
-    cached, untuned = t.get("cached_runs_s"), t.get("untuned_runs_s")
-    if cached and untuned and len(cached) == len(untuned):
-        ratios = sorted(c / u for c, u in zip(cached, untuned))
-        mid = len(ratios) // 2
-        return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
-    if "cached_s" in t and "untuned_s" in t:
-        return t["cached_s"] / t["untuned_s"]
-    return math.nan
 
 
 def targets(rec) -> list[dict]:
@@ -279,15 +261,14 @@ def kernel_choice_rows(rec) -> list[dict]:
              "tuned/torch": s["tuned_vs_torch"]} for s in rec.results["shapes"]]
 
 
-def prune_rows(M: int, N: int, K: int, dtype, space=mt.CONFIG_SPACE,
-               shared_memory: int = mt.H100_SHARED_MEMORY, sms: int = 132) -> list[dict]:
-    """Why each setting of ``space`` is kept or dropped for one shape (an H100's limits by
-    default): the same decisions as :func:`helpers.kernels.matmul.tuned.prune`."""
+def prune_rows(M: int, N: int, K: int, dtype, space=mt.CONFIG_SPACE, gpu="H100-SXM",
+               sms: int = 132) -> list[dict]:
+    """Why each setting of ``space`` is kept or dropped for one shape (an H100 by default):
+    the same decisions as :func:`helpers.kernels.matmul.tuned.prune` (``verdict``)."""
     out = []
     for c in space:
-        ok, why = mt.fits(c, dtype, shared_memory)
-        ok, why = mt.useful(c, M, N, K, sms) if ok else (ok, why)
-        out.append({"setting": describe(c), "shared KiB": mt.shared_memory_bytes(c, dtype) / 1024,
-                    "acc regs": mt.accumulator_registers(c), "kept": "yes" if ok else "no",
+        ok, why = mt.verdict(c, M, N, K, dtype, gpu, sms)
+        out.append({"setting": c.describe(), "shared KiB": c.shared_memory_bytes(dtype) / 1024,
+                    "acc regs": c.accumulator_registers(), "kept": "yes" if ok else "no",
                     "why": why})
     return out

@@ -4,14 +4,15 @@ warps x stages for each recorded shape.
 * :func:`plot_heatmaps`: one row of panels per GPU, so that the winner's move from shape
   to shape and from GPU to GPU is seen at once; :func:`winners` says the same in a table.
 * :class:`HeatmapExplorer`: one heatmap, one (warps, stages) column of it at a time.
-* :func:`describe` and :func:`gpu_key`: how a setting and a record's GPU are named in every
-  table of the lesson.
+* :func:`gpu_key`: how a record's GPU is named in every table of the lesson (a setting's
+  name, :func:`~helpers.experiments.autotuning.describe`, is the experiment's).
 
 Every figure and table names its source (the record's label). Nothing here measures.
 """
 
 from __future__ import annotations
 
+from ..experiments.autotuning import describe
 from ..kernels.matmul.space import KEYS
 from . import finish
 from .explorer import Explorer, new_figure, readout_box
@@ -19,20 +20,6 @@ from .explorer import Explorer, new_figure, readout_box
 
 def gpu_key(rec) -> str:
     return rec.provenance.get("gpu_key", rec.gpu)
-
-
-def describe(config: dict) -> str:
-    """``128x256x64 w8 s3`` (tile, warps, stages), with split-K and GROUP_M when they matter,
-    and the persistent kernel's options when on (``flatten``, ``split epilogue``)."""
-    text = (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
-            f"w{config['num_warps']} s{config['num_stages']}")
-    if config.get("SPLIT_K", 1) > 1:
-        text += f" split-K {config['SPLIT_K']}"
-    if config.get("GROUP_M", 8) != 8:
-        text += f" G{config['GROUP_M']}"
-    for key, word in (("FLATTEN", "flatten"), ("SPLIT_EPILOGUE", "split epilogue")):
-        text += f" {word}" if config.get(key) else ""
-    return text
 
 
 def _setting(row: dict) -> tuple:

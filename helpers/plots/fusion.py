@@ -8,11 +8,13 @@ Every one names its source: the record's label (GPU, date, versions).
 
 from __future__ import annotations
 
-import math
-
 from .. import bench, hardware, roofline
-from ..experiments.fusion import LONG_ROW_ELEMENTS, SOFTMAX_M
+from ..bench import geomean
+from ..experiments.fusion import (BIAS_GELU_VS_EAGER, LONG_ROW_ELEMENTS, RMSNORM_OF_COPY,
+                                  RMSNORM_VS_EAGER, SOFTMAX_M, SOFTMAX_VS_NAIVE,
+                                  SOFTMAX_VS_TORCH)
 from . import finish
+from . import roofline as roofline_plots
 
 
 def _peak_gbps(rec) -> float | None:
@@ -37,11 +39,6 @@ def _ms(entry: dict, name: str) -> float | None:
         if r["name"] == name:
             return r.get("ms")
     return None
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def softmax_rows(rec) -> list[dict]:
@@ -117,14 +114,15 @@ def targets(rec) -> list[dict]:
     gelu_fused = _ms(gel, "fused Triton (v1, flat)")
     out = [
         ("fused softmax vs torch.softmax (geomean, M=4096, N=1024..16384)",
-         geomean(r["vs torch"] for r in soft), 1.0, "x"),
+         geomean(r["vs torch"] for r in soft), SOFTMAX_VS_TORCH, "x"),
         ("fused softmax vs naive softmax (geomean)",
-         geomean(r["vs naive"] for r in soft), 3.0, "x"),
+         geomean(r["vs naive"] for r in soft), SOFTMAX_VS_NAIVE, "x"),
         ("fused residual + RMSNorm vs eager PyTorch",
-         _ms(rms, "eager PyTorch (Llama style)") / rms_fused, 1.5, "x"),
-        ("fused residual + RMSNorm, fraction of copy bandwidth", rms_gbps / copy_gbps, 0.8, ""),
+         _ms(rms, "eager PyTorch (Llama style)") / rms_fused, RMSNORM_VS_EAGER, "x"),
+        ("fused residual + RMSNorm, fraction of copy bandwidth", rms_gbps / copy_gbps,
+         RMSNORM_OF_COPY, ""),
         ("fused bias + GELU vs eager PyTorch",
-         _ms(gel, "eager PyTorch (2 kernels)") / gelu_fused, 2.0, "x"),
+         _ms(gel, "eager PyTorch (2 kernels)") / gelu_fused, BIAS_GELU_VS_EAGER, "x"),
         ("torch.compile bias + GELU vs eager PyTorch (reported)",
          _ms(gel, "eager PyTorch (2 kernels)") / _ms(gel, "torch.compile(eager)"), None, "x"),
     ]
@@ -208,9 +206,9 @@ def plot_roofline(rec, ax=None):
     """The fp32 (CUDA-core) roofline of the recorded GPU, each op's unfused version (open
     circle) joined by an arrow to its fused version (square)."""
     gpu = hardware.lookup(rec.gpu)
-    ax = roofline.plot(gpu, dtypes=("fp32",), points=(), ax=ax, xlim=(1 / 64, 64),
-                       source=rec.label,
-                       title=f"Fusion moves each op right and up ({gpu.name}, fp32 CUDA cores)")
+    ax = roofline_plots.plot(
+        gpu, dtypes=("fp32",), points=(), ax=ax, xlim=(1 / 64, 64), source=rec.label,
+        title=f"Fusion moves each op right and up ({gpu.name}, fp32 CUDA cores)")
     points = roofline_points(rec)
     for j, (before, after) in enumerate(zip(points[::2], points[1::2])):
         colour = f"C{j + 3}"

@@ -17,21 +17,15 @@ from :mod:`helpers.experiments.moe`.
 from __future__ import annotations
 
 from .. import hardware
-from ..experiments.moe import DENSE, GMM, LOOP, OURS, OURS_SORTED
+from ..experiments.moe import (DENSE, GMM, LAYER_VS_LOOP, LOOP, OURS, OURS_SORTED,
+                               TARGET_TOKENS, VS_DENSE, VS_GROUPED_MM)
 from . import finish
 from .attention import format_targets  # noqa: F401 - the lesson prints targets the same way
 from .fusion import format_rows  # noqa: F401 - and its tables
 
 GROUPED_MM = "torch._grouped_mm"   # the faster of the weight layouts that ran
-# The lesson's targets, per shape key: ours (gathering, as the layer runs it) against
-# torch._grouped_mm and the dense matmul; the layer against the loop. Each holds at the
-# token count it was set for (the course's measured starting point: 8k tokens with 128
-# experts, 4k with 8); the other token counts are shown, not held to it (at 1k tokens and
-# 128 experts, reading the weights alone takes longer than the dense matmul's whole run).
-TARGET_TOKENS = {"many_small": 8192, "few_large": 4096}
-VS_GROUPED_MM = {"many_small": 1.0, "few_large": 0.95}
-VS_DENSE = 0.8
-LAYER_VS_LOOP = {"many_small": 4.0, "few_large": 1.0}
+# The lesson's targets (TARGET_TOKENS, VS_GROUPED_MM, VS_DENSE, LAYER_VS_LOOP) are the
+# experiment's, beside what they judge; targets() below checks a record against them.
 
 
 def shape_label(rec, key: str) -> str:

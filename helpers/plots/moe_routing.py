@@ -8,14 +8,8 @@ as its controls move.
 
 from __future__ import annotations
 
-import math
-
+from ..intensity import tiles_per_expert
 from . import finish
-
-
-def tiles_per_expert(counts, block_m: int) -> list[int]:
-    """Row tiles of ``block_m`` rows each expert needs: its rows rounded up to whole tiles."""
-    return [math.ceil(int(c) / block_m) for c in counts]
 
 
 def draw_tokens_per_expert(ax, counts, block_m: int, capacity: int | None = None, *,

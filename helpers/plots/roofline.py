@@ -1,17 +1,63 @@
-"""Lesson 02's explorer: an op of your choice on the roofline of a GPU of your choice.
+"""The roofline chart, and lesson 02's explorer: an op of your choice on the roofline of a
+GPU of your choice.
 
-The roofline itself is drawn by :func:`helpers.roofline.plot` (every lesson uses it);
-here an op's napkin math (:mod:`helpers.prediction`) is placed on it as a star.
+:func:`plot` draws the model of :mod:`helpers.roofline` (every lesson uses it); the
+explorer places an op's napkin math (:mod:`helpers.prediction`) on it as a star.
 """
 
 from __future__ import annotations
 
-from .. import hardware, prediction, roofline
+from .. import hardware, prediction
+from ..dtypes import dtype_key
 from ..intensity import Work
+from . import add_source
 from .explorer import Explorer, log_limits, readout_box
 
 # The intensities lesson 02 shows by default (FLOP/byte): from a copy to a large matmul.
 XLIM = (1 / 16, 8192)
+
+
+def plot(gpu: hardware.GPUSpec, dtypes=("fp32", "bf16"), points=(), ax=None,
+         title: str | None = None, source: str | None = None, xlim=(1 / 16, 4096)):
+    """Draw ``gpu``'s roofline for each dtype, its ridge points, and measured ``points``
+    (each a :class:`helpers.roofline.Point`).
+
+    ``source`` names where the points came from (a record's label); it is written on
+    the figure so a picture never travels without its provenance.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 5))
+    x = np.geomspace(xlim[0], xlim[1], 400)
+    memory_roof = x * gpu.hbm_bandwidth_gbs / 1e3
+    ax.plot(x, memory_roof, color="0.4", lw=1, ls=":",
+            label=f"memory slope: {gpu.hbm_bandwidth_gbs:,.0f} GB/s")
+    for i, dt in enumerate(dtypes):
+        key = dtype_key(dt)
+        if key not in gpu.peak_tflops:
+            continue
+        colour = f"C{i}"
+        peak = gpu.peak(key)
+        ridge = gpu.ridge_point(key)
+        ax.plot(x, np.minimum(peak, memory_roof), color=colour, lw=2,
+                label=f"{key} roof: {peak:,.0f} TFLOP/s, ridge {ridge:.0f} FLOP/B")
+        ax.plot([ridge], [peak], "o", color=colour, ms=5)
+    for j, p in enumerate(points):
+        ax.plot([p.intensity], [p.tflops], marker="s", ls="none", color=f"C{(j + 3) % 10}",
+                ms=7, label=f"{p.label}: {p.tflops:.3g} TFLOP/s at {p.intensity:.3g} FLOP/B")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlim(*xlim)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("attainable throughput (TFLOP/s)")
+    ax.set_title(title or f"Roofline of the {gpu.name} (datasheet peaks)")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8, loc="lower right")
+    if source:
+        add_source(ax, source)
+    return ax
 
 
 def draw_roofline_point(ax, gpu: hardware.GPUSpec, work: Work, launch_us: float,
@@ -24,8 +70,8 @@ def draw_roofline_point(ax, gpu: hardware.GPUSpec, work: Work, launch_us: float,
     dtypes = tuple(dict.fromkeys([pred.peak_dtype, work.dtype]))
     dtypes = tuple(d for d in dtypes if d in gpu.peak_tflops)
     xs = [p.intensity for p in points] + ([work.intensity] if work.flops else [])
-    roofline.plot(gpu, dtypes=dtypes, points=points, ax=ax, source=source or None,
-                  xlim=log_limits(*XLIM, xs))
+    plot(gpu, dtypes=dtypes, points=points, ax=ax, source=source or None,
+         xlim=log_limits(*XLIM, xs))
     if work.flops:
         ax.plot([work.intensity], [pred.tflops], "*", ms=18, color="C3", zorder=6,
                 label=f"{work.op} (predicted, launch included)")
@@ -151,7 +197,7 @@ def family(point: dict) -> str:
 def plot_measured_points(gpu: hardware.GPUSpec, points: list[dict], source: str = ""):
     """The roofline of ``gpu`` (fp32 and bf16 roofs) with the roofline record's measured
     points, one marker and colour per family, each labelled by its size."""
-    ax = roofline.plot(gpu, dtypes=("fp32", "bf16"), source=source, xlim=(1 / 32, 4096))
+    ax = plot(gpu, dtypes=("fp32", "bf16"), source=source, xlim=(1 / 32, 4096))
     for i, fam in enumerate(dict.fromkeys(family(p) for p in points)):
         ps = [p for p in points if family(p) == fam]
         ax.plot([p["work"]["intensity"] for p in ps], [p["tflops"] for p in ps], FAMILIES[fam],

@@ -8,12 +8,13 @@ elsewhere (see :mod:`helpers.plots.explorer`). :func:`draw_program_order` and
 
 from __future__ import annotations
 
-from .. import dtypes, hardware, roofline
+from .. import dtypes, hardware, intensity
 from ..experiments.tiling import cublas_tflops
 from ..kernels import matmul as mm
 from ..tile_plan import (BLOCK_CHOICES, TILE_DTYPES, WARP_CHOICES, TilePlan, compute_roof,
                          plan)
 from . import add_source
+from . import roofline as roofline_plots
 from .explorer import Explorer, new_figure, readout_box
 
 
@@ -88,9 +89,9 @@ class TileExplorer(Explorer):
         self.plan = p = plan(gpu, dtype, block_m, block_n, block_k, num_stages, num_warps)
         spec = hardware.lookup(gpu)
         roof = compute_roof(dtype)
-        roofline.plot(spec, dtypes=(roof,), ax=ax, xlim=(1 / 4, 4096),
-                      points=self.points if spec.key == self.points_gpu else (),
-                      title=f"A {block_m}x{block_n}x{block_k} tile on the {spec.name}")
+        roofline_plots.plot(spec, dtypes=(roof,), ax=ax, xlim=(1 / 4, 4096),
+                            points=self.points if spec.key == self.points_gpu else (),
+                            title=f"A {block_m}x{block_n}x{block_k} tile on the {spec.name}")
         ax.plot([p.intensity], [p.attainable_tflops], "*", ms=18, color="C3", zorder=6,
                 label=f"this tile if every load came from DRAM: {p.attainable_tflops:,.0f} "
                       "TFLOP/s")
@@ -191,15 +192,12 @@ def draw_k_walk(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    from .. import dtypes as dt
-
     pid_m, pid_n = tile
     steps = -(-k // block_k)
     if not (0 <= pid_m < -(-m // block_m) and 0 <= pid_n < -(-n // block_n)
             and 0 <= step < steps):
         raise ValueError(f"tile {tile} or step {step} is outside a {m}x{n}x{k} product "
                          f"in {block_m}x{block_n}x{block_k} tiles")
-    s = dt.element_size(dtype)
     fig, axes = plt.subplots(2, 2, figsize=(9, 8),
                              gridspec_kw={"width_ratios": [k, n], "height_ratios": [k, m]})
     axes[0, 0].axis("off")
@@ -243,10 +241,10 @@ def draw_k_walk(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int
         ax.tick_params(labelsize=7)
     handles = [h for ax in (ax_a, ax_b, ax_c) for h in ax.get_legend_handles_labels()[0]]
     axes[0, 0].legend(handles=handles, fontsize=8, loc="lower left", frameon=False)
-    loaded = (block_m * block_k + block_k * block_n) * s
+    loaded = intensity.sram_bytes(block_m, block_n, block_k, dtype)     # one step's A and B
     facts = {"k_steps": steps, "bytes_per_step": loaded,
              "flops_per_step": 2 * block_m * block_n * block_k,
-             "accumulator_bytes": block_m * block_n * 4}
+             "accumulator_bytes": intensity.accumulator_bytes(block_m, block_n)}
     # The shapes only: the FLOPs and bytes of a step are the lesson's prediction.
     axes[0, 0].text(0, 0.95, f"program ({pid_m}, {pid_n}), K step {step} of 0-{steps - 1}:\n"
                     f"loads a {block_m}x{block_k} tile of A and a {block_k}x{block_n} tile of B "

@@ -8,50 +8,42 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
+from functools import partial
 
 import torch
 import triton
 
-from ... import hardware, intensity, records, tile_plan
+from ... import hardware, records
 from ...feedback import Feedback, not_implemented, target
+from ...kernels.matmul.config import MAX_ACCUMULATOR_REGISTERS as MAX_ACC_REGISTERS, TileConfig
+from ...kernels.matmul.space import bucket   # the next power of two at or above n, >= 16
 from ..gpu import gpu_lock
 from ..registry import SEED, Assignment, Part, answer, check_function, is_not_implemented
 
-# The rules the notebook states.
-SMEM_LIMIT = tile_plan.smem_per_program(hardware.lookup("H100-SXM"))   # bytes a program
-OTHER_LIMIT = tile_plan.smem_per_program(hardware.lookup("A100-80GB"))  # a known slip
-MAX_ACC_REGISTERS = 128         # fp32 accumulator registers a thread (lesson 04: 256 spill)
-FLOOR = 16                      # the smallest bucket, tl.dot's smallest side
+# The rules the notebook states. A configuration here is a TileConfig (a learner's, once
+# valid): shared memory, registers (128 a thread at most) and fit as the kernels count them.
+H100, A100 = hardware.lookup("H100-SXM"), hardware.lookup("A100-80GB")   # A100: a known slip
+SMEM_LIMIT, OTHER_LIMIT = H100.smem_per_program_bytes, A100.smem_per_program_bytes
 BLOCKS, WARPS = (16, 32, 64, 128, 256), (1, 2, 4, 8, 16, 32)
 MAX_GROUP_M, SPACE_SIZE, GOAL = 32, (12, 40), 1.05   # GOAL: part 4's time over the sweep's best
-KNOBS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")   # a config here: (*KNOBS, warps, stages)
+KNOBS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")   # a config's kwargs; warps, stages apart
+ROW = (*KNOBS, "num_warps", "num_stages")   # a setting in the collected results: a list
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 F16 = "float16"
 LAUNCH = {"grid": (1,), "warmup": False, "PRECISION": "tf32"}   # what a tuner passes on
 
 
-def describe(t) -> str:
-    return f"{t[0]}x{t[1]}x{t[2]} (GROUP_M {t[3]}, {t[4]} warps, {t[5]} stages)"
+describe = partial(TileConfig.describe, spelled_out=True)   # (t): every knob by its name
+registers = TileConfig.accumulator_registers    # (t): the fp32 accumulator over its threads
 
 
-def smem(t, dtype: str) -> int:    # the pipeline's stages x (A tile + B tile) x element size
-    return intensity.sram_bytes(t[0], t[1], t[2], DTYPES[dtype], t[5])
+def fits(t: TileConfig, dtype: str, gpu=H100) -> bool:    # stages x (A + B tiles), registers
+    return t.fits(gpu, dtype, max_registers=MAX_ACC_REGISTERS)[0]
 
 
-def registers(t) -> float:        # the fp32 accumulator over 32 x num_warps threads
-    return t[0] * t[1] / (32 * t[4])
-
-
-def fits(t, dtype: str) -> bool:
-    return smem(t, dtype) <= SMEM_LIMIT and registers(t) <= MAX_ACC_REGISTERS
-
-
-def bucket(n: int) -> int:        # the next power of two at or above n, at least 16
-    return max(FLOOR, triton.next_power_of_2(n))
-
-
-def to_configs(ts) -> list:
-    return [triton.Config(dict(zip(KNOBS, t[:4])), num_warps=t[4], num_stages=t[5]) for t in ts]
+def _unrow(row) -> TileConfig:                   # a setting from the results' list
+    return TileConfig.from_dict(dict(zip(ROW, row)))
 
 
 def named_args(M: int, N: int, K: int, dtype=torch.float16, device="meta") -> dict:
@@ -71,8 +63,8 @@ def _entry(c) -> dict:
             "num_warps": plain(c.num_warps), "num_stages": plain(c.num_stages)}
 
 
-def _tuple(e: dict):
-    return tuple(e["kwargs"][k] for k in KNOBS) + (e["num_warps"], e["num_stages"])
+def _setting(e: dict) -> TileConfig:             # a valid entry (see invalid)
+    return _unrow([*(e["kwargs"][k] for k in KNOBS), e["num_warps"], e["num_stages"]])
 
 
 def invalid(e: dict) -> str | None:
@@ -112,7 +104,7 @@ def _space(part: str, raw) -> Feedback:
         return Feedback(part, True, f"all {len(entries)} are valid settings of "
                         "matmul_kernel_v3") if bad is None else \
             Feedback(part, False, f"configuration {bad} of your space {invalid(entries[bad])}")
-    ts = [_tuple(e) for e in entries if invalid(e) is None]
+    ts = [_setting(e) for e in entries if invalid(e) is None]
     twice = [t for i, t in enumerate(ts) if t in ts[:i]]
     usable = [t for t in ts if fits(t, F16)]
     lo, hi = SPACE_SIZE
@@ -121,11 +113,12 @@ def _space(part: str, raw) -> Feedback:
         else f"{len(ts)} valid configurations: the space holds {lo} to {hi} (fewer serve some "
         "shapes badly; more cost tuning time)" if not lo <= len(ts) <= hi
         else "no tile with BLOCK_M <= 32 fits the budget in fp16: a skinny problem (M = 1 to "
-        "32, a decode step) needs one" if not any(t[0] <= 32 for t in usable)
+        "32, a decode step) needs one" if not any(t.block_m <= 32 for t in usable)
         else "no tile of at least 128 x 128 fits the budget in fp16: large problems need the "
-        "reuse of big tiles" if not any(t[0] >= 128 and t[1] >= 128 for t in usable)
+        "reuse of big tiles" if not any(t.block_m >= 128 and t.block_n >= 128 for t in usable)
         else "every configuration has the same num_warps or the same num_stages: let the "
-        "tuner choose those too" if min(len({t[4] for t in ts}), len({t[5] for t in ts})) < 2
+        "tuner choose those too"
+        if min(len({t.num_warps for t in ts}), len({t.num_stages for t in ts})) < 2
         else None)
     return Feedback(part, problem is None, problem or f"{len(ts)} distinct configurations, "
                     "skinny tiles and large ones")
@@ -134,11 +127,12 @@ def _space(part: str, raw) -> Feedback:
 # --- Part 2: the pruning function, on the grader's lists. -----------------------------
 
 # Near the limits: 128 registers a thread exactly, just under and over the shared memory.
-EDGE_CONFIGS = ((128, 128, 64, 8, 4, 3), (128, 256, 64, 8, 8, 4), (128, 256, 64, 8, 8, 5),
-                (256, 128, 64, 8, 8, 4), (128, 256, 64, 8, 4, 3), (64, 256, 32, 8, 4, 4),
-                (128, 128, 64, 8, 4, 7), (128, 128, 64, 8, 4, 8), (128, 128, 32, 8, 4, 4),
-                (256, 256, 64, 8, 16, 3), (256, 256, 32, 8, 8, 2), (16, 16, 16, 1, 1, 1),
-                (64, 64, 128, 8, 2, 4), (128, 64, 64, 8, 2, 3), (256, 256, 256, 8, 16, 1))
+EDGE_CONFIGS = tuple(map(_unrow, (  # as ROW lists them: the tile, GROUP_M, warps, stages
+    (128, 128, 64, 8, 4, 3), (128, 256, 64, 8, 8, 4), (128, 256, 64, 8, 8, 5),
+    (256, 128, 64, 8, 8, 4), (128, 256, 64, 8, 4, 3), (64, 256, 32, 8, 4, 4),
+    (128, 128, 64, 8, 4, 7), (128, 128, 64, 8, 4, 8), (128, 128, 32, 8, 4, 4),
+    (256, 256, 64, 8, 16, 3), (256, 256, 32, 8, 8, 2), (16, 16, 16, 1, 1, 1),
+    (64, 64, 128, 8, 2, 4), (128, 64, 64, 8, 2, 3), (256, 256, 256, 8, 16, 1))))
 SIZE_EDGES = (1, 15, 16, 17, 31, 32, 33, 64, 65, 100, 127, 128, 129, 200)
 
 
@@ -146,9 +140,9 @@ def budget_trials(seed) -> list[dict]:
     """Lists near the budget's edges, in three dtypes, on shapes no tile is too large for."""
     r, out = random.Random(f"{seed}/budget"), []
     for i in range(12):
-        picks = tuple((r.choice(BLOCKS), r.choice(BLOCKS), r.choice(BLOCKS[:4]),
-                       r.choice((1, 4, 8)), r.choice(WARPS[:5]), r.randint(1, 6))
-                      for _ in range(16))
+        picks = tuple(TileConfig(r.choice(BLOCKS), r.choice(BLOCKS), r.choice(BLOCKS[:4]),
+                                 group_m=r.choice((1, 4, 8)), num_warps=r.choice(WARPS[:5]),
+                                 num_stages=r.randint(1, 6)) for _ in range(16))
         configs = list(dict.fromkeys(EDGE_CONFIGS + picks))
         r.shuffle(configs)
         out.append({"M": r.randint(256, 8192), "N": r.randint(256, 8192),
@@ -160,8 +154,8 @@ def size_trials(seed) -> list[dict]:
     """Every tile shape, well inside the budget, on small and edge-sized problems."""
     r, out = random.Random(f"{seed}/size"), []
     for i, M in enumerate(SIZE_EDGES):
-        configs = [(bm, bn, 32, 8, max(4, bm * bn // 2048), r.choice((1, 2))) for bm in BLOCKS
-                   for bn in BLOCKS]
+        configs = [TileConfig(bm, bn, 32, num_warps=max(4, bm * bn // 2048),
+                              num_stages=r.choice((1, 2))) for bm in BLOCKS for bn in BLOCKS]
         r.shuffle(configs)
         out.append({"M": M, "N": r.choice(SIZE_EDGES + (r.randint(2, 300), 5000)),
                     "K": r.randint(16, 4096), "dtype": list(DTYPES)[i % 3], "configs": configs})
@@ -174,16 +168,15 @@ def recorded_trials(seed=None) -> list[dict]:
     for gpu in records.available("tiling"):
         rec = records.load("tiling", gpu)
         rows = [r for r in rec.results["knobs"] if "BLOCK_M" in r]
-        configs = [(r["BLOCK_M"], r["BLOCK_N"], r["BLOCK_K"], 8, r["num_warps"], r["num_stages"])
-                   for r in rows]
-        ms, fastest = min((r["ms"], c) for r, c in zip(rows, configs) if r.get("ms"))
+        configs = [TileConfig.of(r) for r in rows]          # GROUP_M 8, as the sweep ran
+        ms, i = min((r["ms"], i) for i, r in enumerate(rows) if r.get("ms"))
         out.append({"M": rows[0]["n"], "N": rows[0]["n"], "K": rows[0]["n"], "dtype": F16,
-                    "configs": configs, "fastest": fastest, "ms": ms, "gpu": rec.gpu})
+                    "configs": configs, "fastest": configs[i], "ms": ms, "gpu": rec.gpu})
     return out
 
 
 def _run_prune(fn, trial) -> dict:
-    given = to_configs(trial["configs"])
+    given = [t.triton_config(KNOBS) for t in trial["configs"]]
     passed = list(given)
     try:
         out = fn(passed, named_args(*(trial[k] for k in "MNK"), DTYPES[trial["dtype"]]), **LAUNCH)
@@ -195,7 +188,7 @@ def _run_prune(fn, trial) -> dict:
         return {"error": f"{type(err).__name__}: {err}"[:300] + hint}
     if not isinstance(out, (list, tuple)):
         return {"returned": type(out).__name__}
-    return {"mutated": passed != given, "kept": [list(_tuple(e)) if invalid(e) is None else
+    return {"mutated": passed != given, "kept": [dict(_setting(e)) if invalid(e) is None else
                                                  f"a {e.get('type')}" for e in map(_entry, out)]}
 
 
@@ -213,8 +206,9 @@ def _decisions(part, trials, recs):
     out = []
     for trial, rec in zip(trials, recs):
         where = f"M, N, K = {trial['M']}, {trial['N']}, {trial['K']} in {trial['dtype']}"
-        kept = {tuple(k) if isinstance(k, list) else k for k in rec.get("kept", [])}
-        strays = sorted(map(str, kept - set(trial["configs"])))
+        kept = {TileConfig.from_dict(k) if isinstance(k, dict) else k for k in rec.get("kept", [])}
+        strays = sorted(describe(k) if isinstance(k, TileConfig) else k
+                        for k in kept - set(trial["configs"]))
         problem = (f"your prune raised {rec['error']} at {where}" if "error" in rec
                    else f"your prune returns a {rec['returned']}: return the list of the "
                    "configs it keeps" if "returned" in rec
@@ -231,26 +225,26 @@ def _decisions(part, trials, recs):
 
 # Known mistakes: a rule (config, trial) -> kept?, and what it means.
 BUDGET_SLIPS = (
-    (lambda t, tr: fits(t[:5] + (1,), tr["dtype"]),
+    (lambda t, tr: fits(replace(t, num_stages=1), tr["dtype"]),
      "it counts one stage: each of num_stages stages holds its own A and B tiles"),
     (lambda t, tr: fits(t, F16), "it takes 2 bytes an element whatever the dtype: fp32 has 4 "
                                  "(named_args['a_ptr'].element_size())"),
-    (lambda t, tr: smem(t, tr["dtype"]) <= SMEM_LIMIT,
+    (lambda t, tr: t.shared_memory_bytes(tr["dtype"]) <= SMEM_LIMIT,
      "it never checks the accumulator's registers"),
     (lambda t, tr: registers(t) <= MAX_ACC_REGISTERS, "it never checks the shared memory"),
-    (lambda t, tr: smem(t, tr["dtype"]) <= SMEM_LIMIT and registers(t) < MAX_ACC_REGISTERS,
+    (lambda t, tr: fits(t, tr["dtype"]) and registers(t) < MAX_ACC_REGISTERS,
      "exactly 128 registers a thread is within the budget: use <=, not <"),
-    (lambda t, tr: smem(t, tr["dtype"]) <= OTHER_LIMIT and registers(t) <= MAX_ACC_REGISTERS,
+    (lambda t, tr: fits(t, tr["dtype"], A100),
      f"its limit is smaller than the stated one, the H100's, as the A100's {OTHER_LIMIT:,} "
      "bytes would be"))
 SIZE_SLIPS = (
     (lambda t, tr: True, "it keeps tiles of any size"),
-    (lambda t, tr: t[0] <= tr["M"] and t[1] <= tr["N"], "it compares with M and N themselves: a "
-     "tile may reach their next power of two, and 16 at least"),
-    (lambda t, tr: t[0] <= triton.next_power_of_2(tr["M"])
-     and t[1] <= triton.next_power_of_2(tr["N"]),
+    (lambda t, tr: t.block_m <= tr["M"] and t.block_n <= tr["N"], "it compares with M and N "
+     "themselves: a tile may reach their next power of two, and 16 at least"),
+    (lambda t, tr: t.block_m <= triton.next_power_of_2(tr["M"])
+     and t.block_n <= triton.next_power_of_2(tr["N"]),
      "it forgets the floor: a 16-row tile is the smallest tl.dot takes, even for M = 1"),
-    (lambda t, tr: t[0] < bucket(tr["M"]) and t[1] < bucket(tr["N"]),
+    (lambda t, tr: t.block_m < bucket(tr["M"]) and t.block_n < bucket(tr["N"]),
      "a tile equal to the bucket is not too large: use <=, not <"))
 
 
@@ -273,7 +267,7 @@ def _prune_rule(group, trials, rule, slips, done, say):
 
 
 def _say_budget(trial, t, kept) -> str:
-    d, s, regs = trial["dtype"], smem(t, trial["dtype"]), registers(t)
+    d, s, regs = trial["dtype"], t.shared_memory_bytes(trial["dtype"]), registers(t)
     over = (f"needs {s:,} bytes of shared memory in {d}, over the {SMEM_LIMIT:,} stated"
             if s > SMEM_LIMIT else
             f"holds {regs:g} accumulator registers a thread, over the {MAX_ACC_REGISTERS} stated")
@@ -286,18 +280,18 @@ _budget = _prune_rule("budget", budget_trials, lambda t, tr: fits(t, tr["dtype"]
                       BUDGET_SLIPS, "right on {} configurations in fp16, bf16 and fp32, at "
                       "and around both limits", _say_budget)
 _size = _prune_rule("size", size_trials,
-                    lambda t, tr: t[0] <= bucket(tr["M"]) and t[1] <= bucket(tr["N"]),
+                    lambda t, tr: t.block_m <= bucket(tr["M"]) and t.block_n <= bucket(tr["N"]),
                     SIZE_SLIPS, "right on {} tiles, M and N from 1 to 5000",
-                    lambda tr, t, kept: f"at M = {tr['M']}, N = {tr['N']} a {t[0]} x {t[1]} "
-                    f"tile is {'' if kept else 'not '}larger than the problem by the stated "
-                    f"rule: your prune {'keeps' if kept else 'drops'} it")
+                    lambda tr, t, kept: f"at M = {tr['M']}, N = {tr['N']} a {t.block_m} x "
+                    f"{t.block_n} tile is {'' if kept else 'not '}larger than the problem by the "
+                    f"stated rule: your prune {'keeps' if kept else 'drops'} it")
 _fastest = _prune_rule("recorded", recorded_trials,
                        lambda t, tr: True if t == tr["fastest"] and fits(t, F16) else None, (),
                        "it keeps the fastest configuration of lesson 04's recorded sweeps",
                        lambda tr, t, kept: f"your prune drops {describe(t)}, the fastest "
                        f"configuration of lesson 04's sweep at 4096^3 fp16 (recorded on the "
-                       f"{tr['gpu']}: {tr['ms']:.3f} ms); it fits the budget ({smem(t, F16):,} "
-                       f"bytes, {registers(t):g} registers a thread)")
+                       f"{tr['gpu']}: {tr['ms']:.3f} ms); it fits the budget "
+                       f"({t.shared_memory_bytes():,} bytes, {registers(t):g} registers a thread)")
 
 
 # --- Part 3: the shape key, on the grader's shapes. -----------------------------------
@@ -350,7 +344,7 @@ def _collect_key(ns, seed) -> dict:
 KEY_SLIPS = (
     (lambda M, N, K: (M, N, K), "your key never buckets: every shape gets its own tuning "
      "(round each size up to a power of two, at least 16)"),
-    (lambda M, N, K: tuple(max(FLOOR, 2 ** n.bit_length()) for n in (M, N, K)),
+    (lambda M, N, K: tuple(bucket(2 ** n.bit_length()) for n in (M, N, K)),
      "an exact power of two is its own bucket: 1024 stays 1024; 2 ** n.bit_length() doubles it"),
     (lambda M, N, K: tuple(triton.next_power_of_2(n) for n in (M, N, K)),
      "sizes below 16 share the bucket 16 (the floor): your key separates them"),
@@ -392,7 +386,8 @@ def tune_and_sweep(config_space, prune, shape_key, M, N, K, seed: int = 0) -> di
     from ... import bench
     from ...kernels.matmul.ladder import matmul_kernel_v3
 
-    good = [_tuple(e) for e in map(_entry, config_space()) if invalid(e) is None]
+    good = [_setting(e) for e in map(_entry, config_space()) if invalid(e) is None]
+    configs = [t.triton_config(KNOBS) for t in good]
     g = torch.Generator(device="cuda").manual_seed(seed)
     a, b = (torch.randn(s, device="cuda", dtype=torch.float16, generator=g)
             for s in ((M, K), (K, N)))
@@ -405,21 +400,23 @@ def tune_and_sweep(config_space, prune, shape_key, M, N, K, seed: int = 0) -> di
 
     def timed(t):
         try:
-            return bench.time_ms(lambda: matmul_kernel_v3[grid(dict(zip(KNOBS, t)))](*args, **dict(
-                zip(KNOBS, t[:4])), num_warps=t[4], num_stages=t[5], PRECISION="tf32"))
+            return bench.time_ms(lambda: matmul_kernel_v3[grid(t)](*args, **t.as_dict(ROW),
+                                                                    PRECISION="tf32"))
         except triton.runtime.errors.OutOfResources:    # not a candidate on this GPU
             return float("inf")
 
     with gpu_lock():
         try:
-            raw["kept"] = len(prune(to_configs(good), named_args(M, N, K), **LAUNCH))
+            raw["kept"] = len(prune([t.triton_config(KNOBS) for t in good],
+                                    named_args(M, N, K), **LAUNCH))
             start = time.perf_counter()
             tuner = tuners.setdefault(shape_key(M, N, K), triton.autotune(
-                configs=to_configs(good), key=[],
+                configs=configs, key=[],
                 prune_configs_by={"early_config_prune": prune})(matmul_kernel_v3))
             tuner[grid](*args, PRECISION="tf32")
             torch.cuda.synchronize()
-            raw["tune_s"], chosen = time.perf_counter() - start, _tuple(_entry(tuner.best_config))
+            raw["tune_s"], chosen = time.perf_counter() - start, TileConfig.from_triton(
+                tuner.best_config)
         except Exception as err:  # noqa: BLE001 - the judge reports it
             if is_not_implemented(err):
                 raise
@@ -431,8 +428,9 @@ def tune_and_sweep(config_space, prune, shape_key, M, N, K, seed: int = 0) -> di
         for _ in range(2):                       # the fastest again, side by side: less noise
             for t in dict.fromkeys(sorted(times, key=lambda t: min(times[t]))[:3] + [chosen]):
                 times[t].append(timed(t))
-    return {**raw, "chosen": list(chosen),
-            "sweep": [{"config": list(t), "ms": min(v)} for t, v in times.items()]}
+    row = lambda t: [*t.as_dict(ROW).values()]  # noqa: E731 - the results' list, as _unrow reads
+    return {**raw, "chosen": row(chosen),
+            "sweep": [{"config": row(t), "ms": min(v)} for t, v in times.items()]}
 
 
 def _tuned(part: str, raw) -> Feedback:
@@ -443,7 +441,7 @@ def _tuned(part: str, raw) -> Feedback:
         return Feedback(part, False, f"{where} the tuner failed: {raw['error']}"
                         if raw.get("error") else f"{where} the tuned run's product is "
                         f"wrong (error {raw['rel_error']:.2g} of the largest value)")
-    ms, chosen = {tuple(r["config"]): r["ms"] for r in raw["sweep"]}, tuple(raw["chosen"])
+    ms, chosen = {_unrow(r["config"]): r["ms"] for r in raw["sweep"]}, _unrow(raw["chosen"])
     best = min(ms, key=ms.get)
     ratio = ms[chosen] / ms[best]
     text = (f"{where}: your prune kept {raw['kept']} of {raw['space']} configurations; "

@@ -19,6 +19,7 @@ Parts (20 points; 15 graded in CPU mode, the last 5 on a GPU):
 
 from __future__ import annotations
 
+from functools import partial
 
 import torch
 
@@ -46,6 +47,8 @@ TIME_SLACK = 1.2                 # part 3b: measured time <= 1.2 x predicted
 
 # The answers: formulas in keys_fusion (instructor), sealed in a student release.
 KEY = answers.load_key("05_fusion", "helpers.grading.assignments.keys_fusion")
+# A graded number: (part, title, points, the notebook's name, unit, hint) -> Part.
+_number = partial(harness.number_part, KEY)
 
 
 def reference_copy_gbps() -> tuple[float, str]:
@@ -64,27 +67,8 @@ def _ms(nbytes: float, gbps: float) -> float:
 # Part 1: napkin math.
 # ------------------------------------------------------------------------------------
 
-def _eager(ns):
-    return graded_number(
-        "1a bytes of the eager version", answer(ns, "eager_bytes"), KEY["1a"], unit="bytes",
-        hint="nine kernels: for each, the bytes of every tensor it reads plus every tensor it "
-             "writes (bf16: 2 bytes, fp32: 4; the row statistics are M values, the weight N).")
-
-
-def _fused(ns):
-    return graded_number(
-        "1b bytes of the fused kernel", answer(ns, "fused_bytes"), KEY["1b"], unit="bytes",
-        hint="read x and residual, write h and y (M x N bf16 each), read the weight once.")
-
-
-def _speedup(ns):
-    return graded_number(
-        "1c predicted speed-up", answer(ns, "predicted_speedup"), KEY["1c"],
-        unit="x", hint="both versions are memory-bound, so their times are in the ratio of "
-                       "their bytes.")
-
-
 def _predicted(ns):
+    """Part 1d: its hint reads the copy bandwidth from the probe record, when judged."""
     gbps, label = reference_copy_gbps()
     return graded_number(
         "1d predicted time", answer(ns, "predicted_ms"), KEY["1d"], unit="ms",
@@ -130,7 +114,6 @@ class ResidualRMSNorm(harness.KernelTask):
     function = "residual_rmsnorm"
     call = "residual_rmsnorm(x, residual, weight)"
     outputs = ("h", "y")
-    tensors = "x, residual, weight, h and y"
     inputs_named = ("x", "residual", "weight")
     mask_hint = ("The row is shorter than BLOCK_SIZE: mask = cols < n_cols, on every tl.load "
                  "and tl.store (the weight's too)")
@@ -303,9 +286,15 @@ ASSIGNMENT = Assignment(
     name="05_fusion",
     title="Fuse residual add + RMSNorm",
     parts=(
-        Part("1a", "bytes of the eager version", 3, _eager, ("eager_bytes",)),
-        Part("1b", "bytes of the fused kernel", 2, _fused, ("fused_bytes",)),
-        Part("1c", "predicted speed-up", 1, _speedup, ("predicted_speedup",)),
+        _number("1a", "bytes of the eager version", 3, "eager_bytes", "bytes",
+                "nine kernels: for each, the bytes of every tensor it reads plus every tensor "
+                "it writes (bf16: 2 bytes, fp32: 4; the row statistics are M values, the "
+                "weight N)."),
+        _number("1b", "bytes of the fused kernel", 2, "fused_bytes", "bytes",
+                "read x and residual, write h and y (M x N bf16 each), read the weight once."),
+        _number("1c", "predicted speed-up", 1, "predicted_speedup", "x",
+                "both versions are memory-bound, so their times are in the ratio of their "
+                "bytes."),
         Part("1d", "predicted time", 2, _predicted, ("predicted_ms",)),
         Part("2a", "residual_rmsnorm is right", 5, _kernel_correct, ("residual_rmsnorm",),
              group="kernel", collect=_collect_kernel),

@@ -2,14 +2,15 @@
 
 Instructor's side only: ``./course release`` leaves this module out and ships the values
 sealed (:mod:`helpers.grading.answers`). The routing is the one the notebook shows
-(``PADDING_COUNTS``, in the assignment module); every value comes from the course's
-:func:`helpers.kernels.moe.padding_rows`, never typed in. Parts 1, 2 and 4 grade functions
-against the course's reference implementation and need no key.
+(``PADDING_COUNTS``, in the assignment module); every value comes from the course's napkin
+math (:func:`helpers.intensity.padding_rows`, :func:`~helpers.intensity.tiles_per_expert`),
+never typed in. Parts 1, 2 and 4 grade functions against the course's reference
+implementation and need no key.
 """
 
 from __future__ import annotations
 
-from ...kernels import moe
+from ... import intensity
 from .moe import PADDING_BLOCK_M, PADDING_COUNTS
 
 ROWS_TOLERANCE = 1e-3        # a count of rows: exact
@@ -20,8 +21,8 @@ def answer_key() -> dict:
     """``{part: (value, relative tolerance, [(value of a known mistake, what it means)])}``."""
     counts, bm = PADDING_COUNTS, PADDING_BLOCK_M
     rows = sum(counts)
-    tiles = sum(-(-c // bm) for c in counts)
-    padding = moe.padding_rows(counts, bm)
+    tiles = sum(intensity.tiles_per_expert(counts, bm))
+    padding = intensity.padding_rows(counts, bm)
     empty = sum(c == 0 for c in counts)
     whole = sum(c > 0 and c % bm == 0 for c in counts)
     values = {"3a": (padding, ROWS_TOLERANCE, [

@@ -30,9 +30,11 @@ TAMPERED = "the record of the run is not the grader's (was the grader tampered w
 
 
 def _course_function(fn, names) -> bool:
+    """``fn`` is one of the course's ``names``, defined in the MoE kernel family (a package:
+    ``route`` in its routing module, ``dispatch`` in its face)."""
     code = getattr(fn, "__code__", None)
     return getattr(fn, "__name__", "") in names and code is not None \
-        and code.co_filename.endswith(os.path.join("helpers", "kernels", "moe.py"))
+        and os.path.dirname(code.co_filename).endswith(os.path.join("helpers", "kernels", "moe"))
 
 
 @contextlib.contextmanager

@@ -33,7 +33,6 @@ import math
 
 import torch
 
-from ... import runtime
 from ...feedback import Feedback, graded_number, not_implemented
 from ...kernels import matmul as mm
 from .. import answers, harness
@@ -179,21 +178,7 @@ class Matmul(harness.KernelTask):
         return (f"{', '.join('x'.join(map(str, s)) for s in shapes)} (M x N x K) in "
                 f"{' and '.join(dtypes)}")
 
-    def unwatchable(self) -> str | None:
-        """Why this GPU machine cannot watch the kernel's loads and stores (the watch runs
-        it interpreted: Triton < 3.7's interpreter stops on loops under NumPy >= 2.4)."""
-        if not runtime.is_gpu():
-            return None
-        import numpy
-        import triton
-
-        version = runtime._version_tuple
-        if version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 4):
-            return (f"this machine's Triton {triton.__version__} interpreter cannot run kernels "
-                    f"with loops under NumPy {numpy.__version__}, so loads and stores could "
-                    "not be watched here (the other parts ran compiled). Grade with the "
-                    "course's environment (./course env: Triton 3.7.1) or in CPU mode")
-        return None
+    loops = True      # over K: harness.loops_unwatchable says where it cannot be watched
 
 
 TASK = Matmul()

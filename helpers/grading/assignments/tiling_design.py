@@ -18,6 +18,7 @@ import torch
 
 from ... import bounds, compiled, dtypes, hardware, intensity, runtime
 from ...feedback import Feedback, graded_number, target
+from ...kernels.matmul.config import TileConfig
 from .. import answers, harness
 from ..gpu import gpu_lock
 from ..registry import MissingAnswer, answer, collect_answers
@@ -44,8 +45,8 @@ def tile_values(tile, stages: int, dtype) -> dict:
     (:mod:`keys_tiling`, sealed in a release) and the learner's own (part 3)."""
     bm, bn, bk = tile
     s, name = dtype.itemsize, dtypes.dtype_key(dtype)
-    flops, step = 2 * bm * bn * bk, (bm * bk + bk * bn) * s
-    ai, sram = flops / step, stages * step
+    flops, step = 2 * bm * bn * bk, intensity.sram_bytes(bm, bn, bk, dtype)   # one stage
+    ai, sram = flops / step, intensity.sram_bytes(bm, bn, bk, dtype, stages)
     return {"intensity": (ai, 0.02, [
         (ai / 2, f"you count one FLOP per multiply-add (it is two), or 4 bytes per element "
                  f"({name} is {s})"),
@@ -105,19 +106,20 @@ def collect_fit(ns, seed):
     return raw
 
 
-def _tile(raw):
+def _tile(raw) -> TileConfig:
+    """``H100_CONFIG`` as the kernels' tile setting (checked: blocks powers of two, ...)."""
     if raw.get("missing"):
         raise MissingAnswer(raw["missing"])
     config = raw["config"]
     if isinstance(config, str):
         raise ValueError(config)
-    return config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"]
+    return TileConfig.from_dict(config, strict=False)
 
 
 def _design_key(raw):
     """The learner's own tile: its numbers (fp16) and the values known slips give."""
-    bm, bn, bk, stages = _tile(raw)
-    values = tile_values((bm, bn, bk), stages, FP16)
+    t = _tile(raw)
+    values = tile_values((t.block_m, t.block_n, t.block_k), t.num_stages, FP16)
     return answers.exact_key({"3a": values["intensity"], "3b": values["sram"]})
 
 
@@ -177,8 +179,8 @@ def registers(raw):
         return found
     if found.registers_per_thread is None:
         return Feedback(part, False, f"your kernel does not compile for sm_90: {found.error}")
-    bm, bn, _, _ = _tile(raw)
-    acc = bm * bn // (32 * found.num_warps)
+    tile = _tile(raw)
+    bm, bn, acc = tile.block_m, tile.block_n, tile.accumulator_registers()
     if found.spills:
         spilled = "some" if found.spilled_bytes is None else f"{found.spilled_bytes:,}"
         return Feedback(part, False, f"{found.registers_per_thread} registers per thread and "

@@ -57,25 +57,13 @@ RIDGE = GPU.ridge_point(COMPUTE_ROOF)
 VARIANTS = ("fp16", "fp32", "in-place", "three inputs", "fma chain")
 # The answers: formulas in keys_vector_add (instructor), sealed in a student release.
 KEY = answers.load_key("03_vector_add_intensity", "helpers.grading.assignments.keys_vector_add")
+# A graded number: (part, title, points, the notebook's name, unit, hint) -> Part.
+_number = partial(harness.number_part, KEY)
 
 
 # ------------------------------------------------------------------------------------
 # Part 1: napkin math for C = A + B, 10^9 fp16 elements, on the table's H100 SXM.
 # ------------------------------------------------------------------------------------
-
-
-def _graded(key: str, title: str, name: str, unit: str, hint: str = ""):
-    """The judge of a graded number: the notebook's ``name`` against the key of part ``key``."""
-    def judge(ns):
-        return graded_number(f"{key} {title}", answer(ns, name), KEY[key], unit=unit, hint=hint)
-    return judge
-
-
-_flops = _graded("1a", "FLOPs", "add_flops", "FLOP", "one addition per element of C.")
-_bytes = _graded("1b", "bytes moved", "add_bytes", "bytes",
-                 "read A, read B, write C, each N elements of 2 bytes.")
-_intensity = _graded("1c", "intensity", "add_intensity", "FLOP/byte",
-                     "FLOPs divided by bytes moved.")
 
 
 def _bound(ns):
@@ -88,22 +76,9 @@ def _bound(ns):
                             "with it.")
 
 
-_min_time = _graded("1e", "minimum time", "add_min_time_ms", "ms",
-                    f"bytes / bandwidth ({GPU.hbm_bandwidth_gbs:,.0f} GB/s = "
-                    f"{GPU.hbm_bandwidth_gbs:g} x 10^9 bytes/s), in ms.")
-
-
 # ------------------------------------------------------------------------------------
 # Part 2: variants that change the intensity.
 # ------------------------------------------------------------------------------------
-
-
-_fp32 = _graded("2a", "fp32 intensity", "fp32_intensity", "FLOP/byte")
-_inplace = _graded("2b", "in-place intensity", "inplace_intensity", "FLOP/byte")
-_three = _graded("2c", "three-input intensity", "three_input_intensity", "FLOP/byte")
-_fma = _graded("2d", "FMAs to cross the ridge", "fma_chain_k", "FMAs per element",
-               "an FMA is two FLOPs and moves no byte: the chain's intensity grows with k until "
-               f"it reaches the CUDA-core ridge, {RIDGE:.0f} FLOP/byte.")
 
 
 def _normalise(name) -> str:
@@ -149,7 +124,6 @@ class VectorAdd(harness.KernelTask):
     function = "vector_add"
     call = "vector_add(a, b)"
     outputs = ("C",)
-    tensors = "A, B and C"
     inputs_named = ("A", "B")
     mask_hint = ("Compute mask = offsets < n_elements and pass mask=mask to every tl.load and "
                  "tl.store.")
@@ -348,7 +322,6 @@ class Update(VectorAdd):
     function = "update"
     call = "update(w, g)"
     outputs = ("out",)
-    tensors = "w, g and out"
     inputs_named = ("w", "g")
     spec = "w + ALPHA * g"
     dtypes = (FP16,)           # g's; w and out are fp32
@@ -386,14 +359,6 @@ class Update(VectorAdd):
 
 UPDATE = Update()
 _collect_update = partial(harness.collect, UPDATE)
-
-
-_update_bytes = _graded("5a", "bytes of the fused update", "update_bytes", "bytes",
-                        "each tensor crosses the bus once, at its own element size: g is "
-                        "fp16, w and out fp32.")
-_update_intensity = _graded("5b", "intensity of the fused update", "update_intensity",
-                            "FLOP/byte", "FLOPs per element (a multiply-add is two) over bytes "
-                                         "per element.")
 
 
 _update_correct = _correct(UPDATE, "5c update is right")
@@ -441,15 +406,21 @@ ASSIGNMENT = Assignment(
     name="03_vector_add_intensity",
     title="The roofline challenge on vector add",
     parts=(
-        Part("1a", "FLOPs", 1, _flops, ("add_flops",)),
-        Part("1b", "bytes moved", 2, _bytes, ("add_bytes",)),
-        Part("1c", "intensity", 1, _intensity, ("add_intensity",)),
+        _number("1a", "FLOPs", 1, "add_flops", "FLOP", "one addition per element of C."),
+        _number("1b", "bytes moved", 2, "add_bytes", "bytes",
+                "read A, read B, write C, each N elements of 2 bytes."),
+        _number("1c", "intensity", 1, "add_intensity", "FLOP/byte",
+                "FLOPs divided by bytes moved."),
         Part("1d", "bound", 1, _bound, ("add_bound",)),
-        Part("1e", "minimum time", 2, _min_time, ("add_min_time_ms",)),
-        Part("2a", "fp32 intensity", 1, _fp32, ("fp32_intensity",)),
-        Part("2b", "in-place intensity", 1, _inplace, ("inplace_intensity",)),
-        Part("2c", "three-input intensity", 1, _three, ("three_input_intensity",)),
-        Part("2d", "FMAs to cross the ridge", 1, _fma, ("fma_chain_k",)),
+        _number("1e", "minimum time", 2, "add_min_time_ms", "ms",
+                f"bytes / bandwidth ({GPU.hbm_bandwidth_gbs:,.0f} GB/s = "
+                f"{GPU.hbm_bandwidth_gbs:g} x 10^9 bytes/s), in ms."),
+        _number("2a", "fp32 intensity", 1, "fp32_intensity", "FLOP/byte"),
+        _number("2b", "in-place intensity", 1, "inplace_intensity", "FLOP/byte"),
+        _number("2c", "three-input intensity", 1, "three_input_intensity", "FLOP/byte"),
+        _number("2d", "FMAs to cross the ridge", 1, "fma_chain_k", "FMAs per element",
+                "an FMA is two FLOPs and moves no byte: the chain's intensity grows with k until "
+                f"it reaches the CUDA-core ridge, {RIDGE:.0f} FLOP/byte."),
         Part("2e", "which could cross the ridge", 1, _cross, ("could_cross",)),
         Part("3a", "vector_add is exact", 3, _kernel_correct, ("vector_add",), group="kernel",
              collect=_collect_kernel),
@@ -457,9 +428,11 @@ ASSIGNMENT = Assignment(
              group="kernel", collect=_collect_kernel),
         Part("4", f"bandwidth at 2^{BIG_N.bit_length() - 1} elements", 3, _bandwidth,
              ("vector_add",), gpu=True, collect=_collect_bandwidth, after="kernel"),
-        Part("5a", "bytes of the fused update", 1, _update_bytes, ("update_bytes",)),
-        Part("5b", "intensity of the fused update", 1, _update_intensity,
-             ("update_intensity",)),
+        _number("5a", "bytes of the fused update", 1, "update_bytes", "bytes",
+                "each tensor crosses the bus once, at its own element size: g is fp16, w and "
+                "out fp32."),
+        _number("5b", "intensity of the fused update", 1, "update_intensity", "FLOP/byte",
+                "FLOPs per element (a multiply-add is two) over bytes per element."),
         Part("5c", "update is right", 3, _update_correct, ("update",), group="update",
              collect=_collect_update),
         Part("5d", "the fused kernel stays in bounds", 2, _update_in_bounds, ("update",),

@@ -264,38 +264,36 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
     return tuple(g.squeeze(1) for g in grads) if squeeze else grads
 
 
-class FlashAttention(torch.autograd.Function):
-    """The Triton kernels under autograd: the forward saves ``lse``, the backward uses it."""
+def _differentiable(name: str, run_forward, run_backward, doc: str):
+    """An autograd Function from ``run_forward(q, k, v, causal, sm_scale) -> (o, lse)`` and
+    ``run_backward(do, q, k, v, o, lse, causal, sm_scale) -> (dq, dk, dv)``: the forward
+    saves ``lse`` (one float a row), the backward recomputes the probabilities from it."""
 
-    @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale):
-        o, lse = flash_attention_forward(q, k, v, causal, sm_scale)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
-        return o
+    class Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, sm_scale):
+            o, lse = run_forward(q, k, v, causal, sm_scale)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal, ctx.sm_scale = causal, sm_scale
+            return o
 
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, o, lse = ctx.saved_tensors
+            grads = run_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+            return (*grads, None, None)           # causal and sm_scale get no gradient
+
+    Attention.__name__ = Attention.__qualname__ = name
+    Attention.__doc__ = doc
+    return Attention
 
 
-class TiledAttention(torch.autograd.Function):
-    """The plain-PyTorch tiled version under autograd, with the kernels' interface."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale):
-        o, lse = tiled_attention_forward(q, k, v, causal, sm_scale)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
-        return o
-
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        return (*tiled_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale),
-                None, None)
+FlashAttention = _differentiable(
+    "FlashAttention", flash_attention_forward, flash_attention_backward,
+    "The Triton kernels under autograd: the forward saves ``lse``, the backward uses it.")
+TiledAttention = _differentiable(
+    "TiledAttention", tiled_attention_forward, tiled_attention_backward,
+    "The plain-PyTorch tiled version under autograd, with the kernels' interface.")
 
 
 def flash_attention(q, k, v, causal: bool = False, sm_scale=None):

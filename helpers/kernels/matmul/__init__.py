@@ -30,6 +30,8 @@ The kernels themselves sit side by side in :mod:`helpers.kernels.matmul.ladder`;
 module holds the spec, the launchers (input checks, grid, dispatch), a way to judge a
 result in units of the last place, and the program order in plain Python. The napkin
 math (``matmul``, ``tile_intensity``, ``sram_bytes``) is in :mod:`helpers.intensity`.
+Every setting of every matmul kernel of the course (tile, group, warps, stages, split-K,
+a kernel's own switches) is one :class:`~helpers.kernels.matmul.config.TileConfig`.
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ from ...dtypes import FLOAT_DTYPES, element_size
 from ..checks import check_power_of_two, check_tensor
 # The ladder's kernels; lessons and tests read them here as mm.matmul_kernel_v1 and so on.
 from .ladder import (  # noqa: F401
-    CONFIG_KEYS, CONFIGS, TMA_CONFIG_KEYS, TMA_CONFIGS, TMA_DTYPES, config_dict, grouped_tile,
+    CONFIG_KEYS, CONFIGS, TMA_CONFIG_KEYS, TMA_CONFIGS, TMA_DTYPES, grouped_tile,
     matmul_kernel_v1, matmul_kernel_v2, matmul_kernel_v3, matmul_kernel_v4, matmul_kernel_v5,
     matmul_kernel_v5_tuned)
+# The one tile-setting type of every matmul kernel (lesson 04's, 05's, 07's and 08's).
+from .config import TileConfig
 
 
 def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -177,8 +181,19 @@ def matmul_v3(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: 
     return c
 
 
+def launch_v3(a: torch.Tensor, b: torch.Tensor, config: TileConfig,
+              precision: str = "tf32") -> torch.Tensor:
+    """:func:`matmul_v3` with the tile, order, warps and stages of one :class:`TileConfig`."""
+    return matmul_v3(a, b, block_m=config.block_m, block_n=config.block_n,
+                     block_k=config.block_k, group_m=config.group_m,
+                     num_warps=config.num_warps, num_stages=config.num_stages,
+                     precision=precision)
+
+
 # What v4 runs in CPU mode, where there is no autotuning: a middle-sized configuration.
-CPU_CONFIG = (64, 64, 32, 4, 1, 4)
+CPU_CONFIG = TileConfig(64, 64, 32, group_m=4, num_stages=1, num_warps=4)
+# And what v5 runs there: the same tile, stored whole.
+TMA_CPU_CONFIG = CPU_CONFIG.with_options(EPILOGUE_SPLIT=False)
 
 
 def matmul_v4(a: torch.Tensor, b: torch.Tensor, *, precision: str = "tf32") -> torch.Tensor:
@@ -190,9 +205,7 @@ def matmul_v4(a: torch.Tensor, b: torch.Tensor, *, precision: str = "tf32") -> t
     configuration computes the right answer.
     """
     if runtime.is_cpu():
-        bm, bn, bk, g, s, w = CPU_CONFIG
-        return matmul_v3(a, b, block_m=bm, block_n=bn, block_k=bk, group_m=g, num_stages=s,
-                         num_warps=w, precision=precision)
+        return launch_v3(a, b, CPU_CONFIG, precision)
     _check_inputs(a, b, dot=True)
     _check_precision(precision)
     M, K = a.shape
@@ -246,10 +259,10 @@ def _tma_descriptors(a, b, c, bm, bn, bk, split):
 def matmul_v5(a: torch.Tensor, b: torch.Tensor, *, config=None) -> torch.Tensor:
     """TMA loads, persistent grid, autotuned (GPU mode, compute capability 9.0 or newer).
 
-    ``config`` (a tuple as in :data:`TMA_CONFIGS`) runs one configuration instead of
-    autotuning. In CPU mode the interpreter emulates the descriptors (one configuration,
-    a grid of one program per tile); the layout rules of :func:`tma_compatible` apply in
-    both modes.
+    ``config`` (a :class:`TileConfig` with the ``EPILOGUE_SPLIT`` option, as in
+    :data:`TMA_CONFIGS`) runs one configuration instead of autotuning. In CPU mode the
+    interpreter emulates the descriptors (one configuration, a grid of one program per
+    tile); the layout rules of :func:`tma_compatible` apply in both modes.
     """
     _check_inputs(a, b, dot=True)
     if a.dtype not in TMA_DTYPES:
@@ -265,18 +278,20 @@ def matmul_v5(a: torch.Tensor, b: torch.Tensor, *, config=None) -> torch.Tensor:
     c = _output(a, b)
     if _empty(a, b, c):
         return c
-    if config is not None and len(config) != len(TMA_CONFIG_KEYS):
-        raise ValueError(f"config must give {len(TMA_CONFIG_KEYS)} values, "
-                         f"{', '.join(TMA_CONFIG_KEYS)}; got {tuple(config)!r}")
+    if config is not None:
+        config = TileConfig.of(config)
+        if config.split_k != 1 or config.option("EPILOGUE_SPLIT") is None:
+            raise ValueError(f"matmul_v5's config sets EPILOGUE_SPLIT (True or False) in its "
+                             f"options and does not split K; got {config!r}")
     if runtime.is_cpu() or config is not None:
-        bm, bn, bk, g, s, w, sp = config or (64, 64, 32, 4, 1, 4, False)
-        _check_block(block_m=bm, block_n=bn, block_k=bk)
-        descs = _tma_descriptors(a, b, c, bm, bn, bk, sp)
+        config = config or TMA_CPU_CONFIG
+        bm, bn, bk = config.block_m, config.block_n, config.block_k
+        split = config.option("EPILOGUE_SPLIT")
+        descs = _tma_descriptors(a, b, c, bm, bn, bk, split)
         tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
         programs = tiles if runtime.is_cpu() else min(tiles, _num_sms())
-        matmul_kernel_v5[(programs,)](*descs, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                                      GROUP_M=g, NUM_PROGRAMS=programs, EPILOGUE_SPLIT=sp,
-                                      num_stages=s, num_warps=w)
+        matmul_kernel_v5[(programs,)](*descs, M, N, K, **config.as_dict(TMA_CONFIG_KEYS),
+                                      NUM_PROGRAMS=programs)
         return c
     descs = _tma_descriptors(a, b, c, 128, 128, 64, False)  # re-shaped by _v5_hook
     sms = _num_sms()
@@ -324,19 +339,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def try_configs(a: torch.Tensor, b: torch.Tensor, configs=CONFIGS) -> list[dict]:
-    """Run v3 once with every configuration; report whether each is right. Times nothing.
+    """Run v3 once with every configuration (each a :class:`TileConfig`, or a
+    ``triton.Config`` as an autotuner holds it); report whether each is right. Times nothing.
 
     This is the autotuner's search without the stopwatch: it works in CPU mode too, where
     the question "which is fastest?" has no answer and the recorded GPU sweep gives it.
     """
     want = matmul_reference(a, b).float()
     out = []
-    for config in configs:
-        bm, bn, bk, g, s, w = config
-        got = matmul_v3(a, b, block_m=bm, block_n=bn, block_k=bk, group_m=g, num_stages=s,
-                        num_warps=w).float()
-        err = (got - want).abs().max().item()
-        out.append({**config_dict(config), "max_abs_error": err})
+    for config in map(TileConfig.of, configs):
+        err = (launch_v3(a, b, config).float() - want).abs().max().item()
+        out.append({**config.as_dict(CONFIG_KEYS), "max_abs_error": err})
     return out
 
 

@@ -20,18 +20,20 @@ import triton.language as tl
 
 from ... import runtime
 from ...dtypes import FLOAT_DTYPES
-from ..checks import check_num_warps, check_power_of_two, check_tensor
+from ..checks import check_tensor
+from .config import TILE_KEYS, TileConfig
 from .ladder import grouped_tile
 
 ACTIVATIONS = ("none", "leaky_relu")
 NEGATIVE_SLOPE = 0.01                 # leaky_relu's slope below zero, as in the tutorial
 _SLOPE = tl.constexpr(NEGATIVE_SLOPE)  # kernels may read a global only as a constexpr
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps). The default is lesson 04's
-# 128 x 256 x 64 rung with 8 warps (608 to 617 TFLOP/s in fp16 at 4096^3 and 8192^3 on an
-# H100, tiling record); the interpreter takes small tiles (CPU_CONFIG).
-CONFIG = (128, 256, 64, 8, 3, 8)
-CPU_CONFIG = (32, 32, 32, 4, 1, 4)
+# The default is lesson 04's 128 x 256 x 64 rung with 8 warps and 3 stages (608 to 617
+# TFLOP/s in fp16 at 4096^3 and 8192^3 on an H100, tiling record); the interpreter takes
+# small tiles (CPU_CONFIG).
+CONFIG = TileConfig(128, 256, 64, num_stages=3, num_warps=8)
+CPU_CONFIG = TileConfig(32, 32, 32, group_m=4, num_stages=1, num_warps=4)
+LAUNCH_KEYS = (*TILE_KEYS, "num_stages", "num_warps")   # what a launch of the kernel takes
 
 # (atol, rtol) for randn inputs and K up to a few hundred, as lesson 04's tests: the kernel
 # and the reference both round an fp32 sum once (one ulp apart at most: 2^-10 relative in
@@ -96,28 +98,13 @@ def _check_activation(activation: str) -> None:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
 
 
-def _check_config(config) -> tuple:
-    if len(config) != 6:
-        raise ValueError("config is (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps),"
-                         f" got {config!r}")
-    bm, bn, bk, group_m, stages, warps = config
-    for name, value in (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk)):
-        check_power_of_two(name, value, minimum=16,
-                           why="tl.arange needs a power of two, tl.dot at least 16")
-    if not isinstance(group_m, int) or group_m < 1:
-        raise ValueError(f"GROUP_M must be a positive whole number, got {group_m!r}")
-    if not isinstance(stages, int) or stages < 1:
-        raise ValueError(f"num_stages must be a positive whole number, got {stages!r}")
-    check_num_warps(warps)
-    return tuple(config)
-
-
 def matmul_act(a: torch.Tensor, b: torch.Tensor, activation: str = "leaky_relu", *,
                config=None, out: torch.Tensor | None = None) -> torch.Tensor:
     """``act(a @ b)`` in one kernel; ``activation="none"`` gives the plain product.
 
-    ``config`` is ``(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps)``; by default
-    :data:`CONFIG` on a GPU and :data:`CPU_CONFIG` in the interpreter.
+    ``config`` is a :class:`~helpers.kernels.matmul.config.TileConfig` (its tile, group,
+    stages and warps); by default :data:`CONFIG` on a GPU and :data:`CPU_CONFIG` in the
+    interpreter.
     """
     _check_activation(activation)
     check_tensor(a, "a", dtypes=FLOAT_DTYPES, ndim=2, contiguous=False)
@@ -128,8 +115,10 @@ def matmul_act(a: torch.Tensor, b: torch.Tensor, activation: str = "leaky_relu",
         raise ValueError(f"cannot multiply {tuple(a.shape)} by {tuple(b.shape)}: the inner "
                          f"sizes differ ({a.shape[1]} != {b.shape[0]})")
     runtime.check_dot_dtype(a.dtype)
-    bm, bn, bk, group_m, stages, warps = _check_config(
-        config or (CPU_CONFIG if runtime.is_cpu() else CONFIG))
+    config = TileConfig.of(config or (CPU_CONFIG if runtime.is_cpu() else CONFIG))
+    if config.split_k != 1 or config.options:
+        raise ValueError(f"matmul_act takes a tile, GROUP_M, stages and warps: no split of K, "
+                         f"no kernel options; got {config.describe()}")
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype) if out is None else out
@@ -137,8 +126,7 @@ def matmul_act(a: torch.Tensor, b: torch.Tensor, activation: str = "leaky_relu",
         return c
     if K == 0:                        # an empty sum is zero, and act(0) = 0 for leaky_relu
         return c.zero_()
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    grid = (triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n),)
     matmul_act_kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
-                            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m,
-                            ACTIVATION=activation, num_stages=stages, num_warps=warps)
+                            **config.as_dict(LAUNCH_KEYS), ACTIVATION=activation)
     return c

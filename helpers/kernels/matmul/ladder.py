@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .config import TileConfig
+
 # --------------------------------------------------------------------------------------
 # v1: naive. One program per strip of BLOCK_N elements of one row of C.
 # --------------------------------------------------------------------------------------
@@ -151,31 +153,27 @@ def matmul_kernel_v3(a_ptr, b_ptr, c_ptr, M, N, K,
 # v4: v3 autotuned. The configurations the GPU autotuner chooses from.
 # --------------------------------------------------------------------------------------
 
-# Each entry: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps. Large tiles for
-# large problems (more reuse per load), smaller ones so small problems still fill the
-# 100+ SMs of a big GPU. 128 x 256 x 64 with 3 stages needs 144 KiB of SRAM (see
-# helpers.intensity.sram_bytes), which fits Hopper's 227 KiB per program but not the 99 KiB of an Ada GPU;
-# the autotuner skips configurations that do not fit.
+# Large tiles for large problems (more reuse per load), smaller ones so small problems
+# still fill the 100+ SMs of a big GPU; GROUP_M = 8 throughout. 128 x 256 x 64 with 3
+# stages needs 144 KiB of SRAM (TileConfig.shared_memory_bytes), which fits Hopper's
+# 227 KiB per program but not the 99 KiB of an Ada GPU; the autotuner skips configurations
+# that do not fit.
 CONFIGS = (
-    (128, 256, 64, 8, 3, 8),
-    (128, 256, 64, 8, 4, 8),
-    (256, 128, 64, 8, 3, 8),
-    (128, 128, 64, 8, 4, 8),
-    (128, 128, 64, 8, 3, 4),
-    (128, 64, 64, 8, 4, 4),
-    (64, 128, 64, 8, 4, 4),
-    (64, 64, 64, 8, 4, 4),
+    TileConfig(128, 256, 64, num_stages=3, num_warps=8),
+    TileConfig(128, 256, 64, num_stages=4, num_warps=8),
+    TileConfig(256, 128, 64, num_stages=3, num_warps=8),
+    TileConfig(128, 128, 64, num_stages=4, num_warps=8),
+    TileConfig(128, 128, 64, num_stages=3, num_warps=4),
+    TileConfig(128, 64, 64, num_stages=4, num_warps=4),
+    TileConfig(64, 128, 64, num_stages=4, num_warps=4),
+    TileConfig(64, 64, 64, num_stages=4, num_warps=4),
 )
+# How lesson 04's records name a setting of v3 and v4 (try_configs' rows, the records).
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
 
 
-def config_dict(config) -> dict:
-    return dict(zip(CONFIG_KEYS, config))
-
-
 def _autotune_configs(configs=CONFIGS):
-    return [triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=g),
-                          num_stages=s, num_warps=w) for bm, bn, bk, g, s, w in configs]
+    return [c.triton_config() for c in configs]
 
 
 # Keyed on the problem shape and the layout of B: one search per distinct problem, then
@@ -226,19 +224,19 @@ def matmul_kernel_v5(a_desc, b_desc, c_desc, M, N, K,
             c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
-# Each entry: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps, EPILOGUE_SPLIT.
-# The 128 x 256 x 64 tile with 8 warps wins on Hopper at 4096^3 and 8192^3 (the
-# `matmul` record's sweep); the others are there for other shapes and GPUs. Splitting
-# the epilogue frees the room of a fourth stage: 128 x 256 x 64 with 4 stages and a
-# whole-tile store needs 262,176 bytes of shared memory, over the 232,448 a program may
-# have on an H100 or H200.
+# The 128 x 256 x 64 tile with 8 warps wins on Hopper at 4096^3 and 8192^3 (the `matmul`
+# record's sweep); the others are there for other shapes and GPUs. Splitting the epilogue
+# (the EPILOGUE_SPLIT option) frees the room of a fourth stage: 128 x 256 x 64 with 4
+# stages and a whole-tile store needs 262,176 bytes of shared memory, over the 232,448 a
+# program may have on an H100 or H200.
+_HALVES, _WHOLE = {"EPILOGUE_SPLIT": True}, {"EPILOGUE_SPLIT": False}
 TMA_CONFIGS = (
-    (128, 256, 64, 8, 3, 8, True),
-    (128, 256, 64, 16, 3, 8, True),
-    (128, 256, 64, 8, 4, 8, True),
-    (128, 256, 64, 16, 4, 8, True),
-    (128, 256, 64, 8, 3, 8, False),
-    (128, 128, 64, 8, 4, 4, False),
+    TileConfig(128, 256, 64, group_m=8, num_stages=3, num_warps=8, options=_HALVES),
+    TileConfig(128, 256, 64, group_m=16, num_stages=3, num_warps=8, options=_HALVES),
+    TileConfig(128, 256, 64, group_m=8, num_stages=4, num_warps=8, options=_HALVES),
+    TileConfig(128, 256, 64, group_m=16, num_stages=4, num_warps=8, options=_HALVES),
+    TileConfig(128, 256, 64, group_m=8, num_stages=3, num_warps=8, options=_WHOLE),
+    TileConfig(128, 128, 64, group_m=8, num_stages=4, num_warps=4, options=_WHOLE),
 )
 TMA_CONFIG_KEYS = CONFIG_KEYS + ("EPILOGUE_SPLIT",)
 TMA_DTYPES = (torch.float16, torch.bfloat16)
@@ -254,10 +252,7 @@ def _v5_hook(nargs):
 
 def _v5_tuner():
     return triton.autotune(
-        configs=[triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=g,
-                                    EPILOGUE_SPLIT=sp),
-                               num_stages=s, num_warps=w, pre_hook=_v5_hook)
-                 for bm, bn, bk, g, s, w, sp in TMA_CONFIGS],
+        configs=[c.triton_config(pre_hook=_v5_hook) for c in TMA_CONFIGS],
         key=["M", "N", "K"])(matmul_kernel_v5)
 
 

@@ -39,12 +39,16 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ... import runtime
+from .config import TileConfig, gpu_in_use
 from .ladder import grouped_tile
 from .pack import packer
 from .tma_launch import direct
 
+# How the saved decisions and the records name a setting of this kernel: no GROUP_M (the
+# launch passes GROUP_M on its own) and no SPLIT_K; its two switches are TileConfig options.
 KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "FLATTEN", "SPLIT_EPILOGUE", "num_warps",
         "num_stages")
+SWITCHES = ("FLATTEN", "SPLIT_EPILOGUE")
 # A box's rows, for the padding rule: B is re-read once per BLOCK_M rows of A.
 ROWS_PER_READ_OF_B = 128
 # Pad B when it is read this many times or more (16 reads of B pay for one copy of it).
@@ -52,25 +56,35 @@ READS_OF_B_TO_PAD = 16
 CACHE_LINE = 128
 
 
-def _config(bm, bn, bk, warps, stages, flatten=False, split_epilogue=False) -> dict:
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, FLATTEN=flatten,
-                SPLIT_EPILOGUE=split_epilogue, num_warps=warps, num_stages=stages)
-
+NEITHER = {"FLATTEN": False, "SPLIT_EPILOGUE": False}
+FLAT, SPLIT = {**NEITHER, "FLATTEN": True}, {**NEITHER, "SPLIT_EPILOGUE": True}
+BOTH = {"FLATTEN": True, "SPLIT_EPILOGUE": True}
 
 # The candidates: the large tiles of v6's space, with and without the flattened tile loop
 # and the split epilogue (the C tile stored as two halves: half the shared memory for the
 # store, which leaves room for one more pipeline stage).
 PERSISTENT_SPACE = [
-    _config(128, 256, 64, 8, 3, flatten=True, split_epilogue=True),
-    _config(128, 256, 64, 8, 3),
-    _config(128, 256, 64, 8, 4, split_epilogue=True),
-    _config(128, 128, 64, 8, 4, flatten=True),
-    _config(128, 128, 64, 4, 4),
-    _config(128, 128, 64, 4, 4, flatten=True),
-    _config(128, 128, 128, 8, 3),
-    _config(128, 64, 64, 4, 5),
-    _config(64, 128, 64, 4, 5),
+    TileConfig(128, 256, 64, num_warps=8, num_stages=3, options=BOTH),
+    TileConfig(128, 256, 64, num_warps=8, num_stages=3, options=NEITHER),
+    TileConfig(128, 256, 64, num_warps=8, num_stages=4, options=SPLIT),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=4, options=FLAT),
+    TileConfig(128, 128, 64, num_warps=4, num_stages=4, options=NEITHER),
+    TileConfig(128, 128, 64, num_warps=4, num_stages=4, options=FLAT),
+    TileConfig(128, 128, 128, num_warps=8, num_stages=3, options=NEITHER),
+    TileConfig(128, 64, 64, num_warps=4, num_stages=5, options=NEITHER),
+    TileConfig(64, 128, 64, num_warps=4, num_stages=5, options=NEITHER),
 ]
+
+
+def setting(config) -> TileConfig:
+    """``config`` as a setting of this kernel: a TileConfig (or a saved decision's dict)
+    with both switches set (off unless given) and no split of K."""
+    config = TileConfig.of(config)
+    unknown = set(dict(config.options)) - set(SWITCHES)
+    if config.split_k != 1 or unknown:
+        raise ValueError(f"the persistent kernel does not split K and has only the switches "
+                         f"{SWITCHES}; got {config.describe()} with {sorted(unknown) or 'none'}")
+    return config.with_options(**{**NEITHER, **dict(config.options)})
 
 
 @triton.jit
@@ -103,13 +117,17 @@ def matmul_kernel_persistent(a_desc, b_desc, c_desc, M, N, K, stride_bk,
             c_desc.store([row, col], out)   # rows and columns past M and N are dropped
 
 
-def boxes(config: dict) -> tuple[list, list, list]:
+def _boxes(bm: int, bn: int, bk: int, split_epilogue: bool) -> tuple[list, list, list]:
+    return [bm, bk], [bk, bn], [bm, bn // 2 if split_epilogue else bn]
+
+
+def boxes(config: TileConfig) -> tuple[list, list, list]:
     """The box shapes of A, B and C that a setting reads and writes."""
-    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    return [bm, bk], [bk, bn], [bm, bn // 2 if config["SPLIT_EPILOGUE"] else bn]
+    return _boxes(config.block_m, config.block_n, config.block_k,
+                  config.option("SPLIT_EPILOGUE"))
 
 
-def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: dict) -> tuple:
+def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: TileConfig) -> tuple:
     """Host-side TMA descriptors of A, B and C for ``config``'s boxes.
 
     A descriptor is 128 bytes (base address, shape, strides, box, swizzle) that the
@@ -130,7 +148,8 @@ def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: dict)
 def _set_boxes(nargs: dict) -> None:
     """The tuner's ``pre_hook``: before it launches a setting, give the descriptors that
     setting's boxes (one set of descriptors serves every candidate)."""
-    for name, box in zip(("a_desc", "b_desc", "c_desc"), boxes(nargs)):
+    shape = _boxes(nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"], nargs["SPLIT_EPILOGUE"])
+    for name, box in zip(("a_desc", "b_desc", "c_desc"), shape):
         nargs[name].block_shape = box
 
 
@@ -139,12 +158,16 @@ def _set_boxes(nargs: dict) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def shared_memory_bytes(config: dict, dtype=torch.float16) -> int:
-    """The pipeline's A and B boxes plus the staging buffer of the C tile's store."""
-    size = torch.empty((), dtype=dtype).element_size()
-    pipeline = config["num_stages"] * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"]
-    store = config["BLOCK_M"] * config["BLOCK_N"] // (2 if config["SPLIT_EPILOGUE"] else 1)
-    return (pipeline + store) * size
+def staged_c(config: TileConfig) -> float:
+    """The share of the C tile the TMA store stages in shared memory: all of it, or one
+    half at a time with the split epilogue (:meth:`TileConfig.shared_memory_bytes`)."""
+    return 0.5 if config.option("SPLIT_EPILOGUE") else 1
+
+
+def fits(config: TileConfig, gpu, dtype=torch.float16) -> tuple[bool, str]:
+    """Whether a setting fits ``gpu`` here: the pipeline's A and B boxes plus the staging
+    buffer of the C tile's store (:meth:`TileConfig.fits`)."""
+    return config.fits(gpu, dtype, staged_c=staged_c(config))
 
 
 def _tma_rows(t: torch.Tensor) -> bool:
@@ -201,8 +224,9 @@ def grid_for(M: int, N: int, sms: int):
 # Tuning and launching.
 # --------------------------------------------------------------------------------------
 
-CPU_CONFIG = _config(32, 32, 32, 4, 1)      # interpreter: small boxes, no pipeline
-GROUP_M = 8
+CPU_CONFIG = TileConfig(32, 32, 32, num_warps=4, num_stages=1, options=NEITHER)  # interpreter
+GROUP_M = 8        # the program order of the tuned settings (each TileConfig's group_m)
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K")   # besides the switches and GROUP_M
 
 
 def _bucket(n: int) -> int:
@@ -213,14 +237,13 @@ def prune(configs, named_args, **kwargs) -> list:
     """Triton's ``early_config_prune``: settings that fit shared memory and the shape."""
     M, N = named_args["M"], named_args["N"]
     dtype = named_args["a_desc"].base.dtype
-    shared = triton.runtime.driver.active.utils.get_device_properties(
-        torch.cuda.current_device())["max_shared_mem"] if runtime.is_gpu() else 232_448
+    gpu, _ = gpu_in_use()
     kept = []
     for c in configs:
-        setting = {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
-        if shared_memory_bytes(setting, dtype) > shared:
+        config = TileConfig.from_triton(c)
+        if not fits(config, gpu, dtype)[0]:
             continue
-        if c.kwargs["BLOCK_M"] > max(64, 2 * M) or c.kwargs["BLOCK_N"] > max(64, 2 * N):
+        if config.block_m > max(64, 2 * M) or config.block_n > max(64, 2 * N):
             continue                            # a box mostly past the edge
         kept.append(c)
     return kept or list(configs[-1:])
@@ -231,9 +254,7 @@ def prune(configs, named_args, **kwargs) -> list:
 # settings that carry a pre_hook, so this tuner keeps its choice in memory only; a new
 # process finds the plan's decision on disk instead (matmul_plan.Decisions).
 matmul_kernel_persistent_tuned = triton.autotune(
-    configs=[triton.Config({k: c[k] for k in KEYS[:5]}, num_warps=c["num_warps"],
-                           num_stages=c["num_stages"], pre_hook=_set_boxes)
-             for c in PERSISTENT_SPACE],
+    configs=[c.triton_config(CONSTEXPRS, pre_hook=_set_boxes) for c in PERSISTENT_SPACE],
     key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "stride_bk", "DTYPE"],   # as v6: B's rows too
     prune_configs_by={"early_config_prune": prune},
 )(matmul_kernel_persistent)
@@ -262,15 +283,17 @@ def tuned_ms(tuner, args: tuple, kwargs: dict | None = None) -> float:
     return _TUNED_MS[id(tuner), key]
 
 
-def launch(a: torch.Tensor, b: torch.Tensor, config: dict | None = None):
+def launch(a: torch.Tensor, b: torch.Tensor, config: TileConfig | None = None):
     """``a @ b`` on the persistent kernel: returns ``(c, run, config, ms)``. ``run(a, b)``
     repeats the product for another pair of the same shape and layout without the
     autotuner or the JIT (the compiled kernel is called directly); ``ms`` is the tuned
     setting's time (``None`` when a config was given).
 
     ``config=None`` on a GPU: autotuned per bucketed shape. In CPU mode: :data:`CPU_CONFIG`
-    unless given. The caller checks :func:`usable` first.
+    unless given (a :class:`TileConfig`, read by :func:`setting`). ``config`` in the result
+    is a TileConfig with both switches. The caller checks :func:`usable` first.
     """
+    config = None if config is None else setting(config)
     M, K = a.shape
     N = b.shape[1]
     pad = pads_b(M, b)
@@ -285,18 +308,17 @@ def launch(a: torch.Tensor, b: torch.Tensor, config: dict | None = None):
         config = CPU_CONFIG
     if config is None:
         # Any boxes will do here: the tuner's pre_hook gives each candidate its own.
-        kernel, extra, setting = matmul_kernel_persistent_tuned, {}, PERSISTENT_SPACE[0]
+        kernel, extra, first = matmul_kernel_persistent_tuned, {}, PERSISTENT_SPACE[0]
     else:
-        kernel, setting = matmul_kernel_persistent, config
-        extra = {k: config[k] for k in KEYS}
-    compiled = kernel[grid](*descriptors(a, b_run, c, setting), *tail, GROUP_M=GROUP_M,
+        kernel, first, extra = matmul_kernel_persistent, config, config.as_dict(KEYS)
+    group_m = GROUP_M if config is None else config.group_m
+    compiled = kernel[grid](*descriptors(a, b_run, c, first), *tail, GROUP_M=group_m,
                             NUM_SMS=sms, **extra)
-    ms = None if config else tuned_ms(kernel, (*descriptors(a, b_run, c, setting), *tail))
-    chosen = config or {**kernel.best_config.kwargs, "num_warps": kernel.best_config.num_warps,
-                        "num_stages": kernel.best_config.num_stages}
-    constants = (chosen["BLOCK_M"], chosen["BLOCK_N"], chosen["BLOCK_K"], GROUP_M, sms,
-                 chosen["FLATTEN"], chosen["SPLIT_EPILOGUE"])
-    programs = (*grid({"BLOCK_M": chosen["BLOCK_M"], "BLOCK_N": chosen["BLOCK_N"]}), 1, 1)
+    ms = None if config else tuned_ms(kernel, (*descriptors(a, b_run, c, first), *tail))
+    chosen = config or setting(kernel.best_config)
+    constants = (chosen.block_m, chosen.block_n, chosen.block_k, chosen.group_m, sms,
+                 chosen.option("FLATTEN"), chosen.option("SPLIT_EPILOGUE"))
+    programs = (*grid({"BLOCK_M": chosen.block_m, "BLOCK_N": chosen.block_n}), 1, 1)
     # The descriptors' encodings kept between calls (matmul_tma_launch), where this
     # Triton allows it and the first such launch gives exactly what the usual one gave.
     fast = None if compiled is None else _checked(
@@ -306,8 +328,8 @@ def launch(a: torch.Tensor, b: torch.Tensor, config: dict | None = None):
         b = copy(None, b)[1]
         out = torch.empty((M, N), device=a.device, dtype=a.dtype)
         if compiled is None:                  # the interpreter compiles nothing
-            kernel[grid](*descriptors(a, b, out, chosen), *tail, GROUP_M=GROUP_M, NUM_SMS=sms,
-                         **{k: chosen[k] for k in KEYS})
+            kernel[grid](*descriptors(a, b, out, chosen), *tail, GROUP_M=chosen.group_m,
+                         NUM_SMS=sms, **chosen.as_dict(KEYS))
         elif fast is not None:
             fast((a, b, out), tail + constants)
         else:

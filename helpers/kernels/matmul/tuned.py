@@ -11,7 +11,8 @@ settings:
   and the last slice of each tile to finish sums them and writes C. More programs for shapes with
   few output tiles, at the price of ``SPLIT_K`` partial tiles written and read back.
 * :data:`CONFIG_SPACE`, :func:`prune`, :func:`shape_key` (in :mod:`matmul_space`): the
-  candidate settings, what fits and is worth timing, shapes bucketed to powers of two.
+  candidate settings (each a :class:`~helpers.kernels.matmul.config.TileConfig`), what
+  fits and is worth timing, shapes bucketed to powers of two.
 * :mod:`matmul_plan`: what a call does around the kernel (operands copied into rows of
   whole 128-byte lines or not), timing whole plans, and keeping the winner on disk.
 * :func:`matmul_tuned`: ``@triton.autotune`` over the pruned space on a GPU. In CPU mode
@@ -31,9 +32,9 @@ from ...dtypes import FLOAT_DTYPES
 from ..checks import check_32bit_offsets, check_tensor
 from . import persistent
 from . import plan as plans
-from .space import (CONFIG_SPACE, H100_SHARED_MEMORY, KEYS,  # noqa: F401 (re-exported)
-                           MAX_ACCUMULATOR_REGISTERS, _config, accumulator_registers, bucket,
-                           fits, prune, shape_key, shared_memory_bytes, useful)
+from .config import TileConfig
+from .space import (CONFIG_SPACE, CONSTEXPRS, KEYS,  # noqa: F401 (re-exported)
+                    MAX_ACCUMULATOR_REGISTERS, bucket, prune, shape_key, useful, verdict)
 from .ladder import grouped_tile
 
 # --------------------------------------------------------------------------------------
@@ -152,8 +153,7 @@ matmul_kernel_v6_fixed = triton.heuristics(_ALIGNMENT)(matmul_kernel_v6)
 
 
 def triton_configs(space=CONFIG_SPACE) -> list:
-    return [triton.Config({k: c[k] for k in KEYS[:5]}, num_warps=c["num_warps"],
-                          num_stages=c["num_stages"]) for c in space]
+    return [c.triton_config(CONSTEXPRS) for c in space]
 
 
 # Keyed on the bucketed shape and the layouts (a transposed B is another problem); the
@@ -162,12 +162,6 @@ def triton_configs(space=CONFIG_SPACE) -> list:
 matmul_kernel_v6_tuned = triton.autotune(
     configs=triton_configs(), key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "stride_ak", "stride_bk"],
     prune_configs_by={"early_config_prune": prune}, cache_results=True)(matmul_kernel_v6_fixed)
-
-
-def config_of(config) -> dict:
-    """A ``triton.Config`` (the tuner's choice) as the plain dict of :data:`CONFIG_SPACE`."""
-    return {**{k: config.kwargs[k] for k in KEYS[:5]}, "num_warps": config.num_warps,
-            "num_stages": config.num_stages}
 
 
 class _Scratch:
@@ -188,16 +182,16 @@ class _Scratch:
 
 
 _SCRATCH = _Scratch()
-CPU_CONFIG = _config(32, 32, 32, 1, 4, 1)     # interpreter: small tiles, no pipeline
+CPU_CONFIG = TileConfig(32, 32, 32, num_warps=4, num_stages=1)   # interpreter: no pipeline
 
 
 def _scratch_for(a, M, N, K, space):
     """Workspace and counters big enough for every split-K setting that may run."""
-    splits = [c for c in space if c["SPLIT_K"] > 1]
+    splits = [c for c in space if c.split_k > 1]
     if not splits:
         return _SCRATCH.get(a.device, 1, 1)
-    most = max(c["SPLIT_K"] for c in splits)
-    tiles = max(triton.cdiv(M, c["BLOCK_M"]) * triton.cdiv(N, c["BLOCK_N"]) for c in splits)
+    most = max(c.split_k for c in splits)
+    tiles = max(triton.cdiv(M, c.block_m) * triton.cdiv(N, c.block_n) for c in splits)
     return _SCRATCH.get(a.device, most * M * N, tiles)
 
 
@@ -223,9 +217,21 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -
 
 
 def _plan_key(a, b, config) -> tuple:
+    # ``config``: a TileConfig (which reads as the dict of KEYS that matmul_tuned's
+    # docstring names), a record's dict, or None. As a TileConfig it is checked and hashable.
     return (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
             a.data_ptr() % 16, b.data_ptr() % 16,
-            None if config is None else tuple(sorted(config.items())))
+            None if config is None else _v6_setting(config))
+
+
+def _v6_setting(config) -> TileConfig:
+    """``config`` as a setting of v6, which takes no kernel options (those are another
+    kernel's: the persistent one's FLATTEN, say)."""
+    config = TileConfig.of(config)
+    if config.options:
+        raise ValueError(f"v6 takes no kernel options, got {dict(config.options)}: that "
+                         "setting belongs to another kernel")
+    return config
 
 
 def _needs_padding(a: torch.Tensor, b: torch.Tensor,
@@ -259,6 +265,7 @@ def _check(a, b) -> None:
 
 def _first_call(a, b, config, key) -> torch.Tensor:
     _check(a, b)
+    config = key[-1]                    # the setting as _plan_key read it
     M, K = a.shape
     N = b.shape[1]
     if M * N == 0 or K == 0:
@@ -304,7 +311,8 @@ def _first_call(a, b, config, key) -> torch.Tensor:
     times = {name: plans.time_plan(run, a, b) for name, (_, run, _) in candidates.items()}
     (name, row_bytes), ms = min(times.items(), key=lambda item: item[1])
     c, run, chosen = candidates[name, row_bytes]
-    decision = {"kernel": name.split()[0], "config": chosen, "row_bytes": row_bytes,
+    keys = persistent.KEYS if name == "persistent" else KEYS
+    decision = {"kernel": name.split()[0], "config": chosen.as_dict(keys), "row_bytes": row_bytes,
                 "layout": "whole lines" if row_bytes == plans.LINE else "as given",
                 "candidates_ms": {f"{k} {'whole lines' if r == plans.LINE else 'as given'}": t
                                   for (k, r), t in times.items()}}
@@ -336,18 +344,26 @@ def runner_up(tuner, known: set) -> dict | None:
     ranked = sorted(timings, key=median)
     if ranked[0] is not tuner.cache[new[0]]:    # the timings are not this key's
         return None
-    return config_of(ranked[1])
+    return TileConfig.from_triton(ranked[1])
 
 
 def _kernel_keys() -> tuple[str, ...]:
     """What a stored decision depends on besides the shape: both kernels' sources and the
     spaces their tuners search."""
     return (matmul_kernel_v6.cache_key, persistent.matmul_kernel_persistent.cache_key,
-            repr(CONFIG_SPACE), repr(persistent.PERSISTENT_SPACE))
+            *_space_keys())
+
+
+def _space_keys() -> tuple[str, str]:
+    """Both spaces as the records spell them (dicts of each kernel's KEYS), so that the
+    decisions saved before the settings became TileConfigs are found again."""
+    return (repr([c.as_dict(KEYS) for c in CONFIG_SPACE]),
+            repr([c.as_dict(persistent.KEYS) for c in persistent.PERSISTENT_SPACE]))
 
 
 def _build(a, b, kernel, config, row_bytes, verify=True):
-    """One candidate plan: ``(c, run, config)``, or ``None`` where the kernel cannot run."""
+    """One candidate plan: ``(c, run, config)``, or ``None`` where the kernel cannot run.
+    ``config``: a TileConfig, a saved decision's dict, or ``None`` (autotuned)."""
     if kernel == "v6":
         return _v6_plan(a, b, config, row_bytes, True, verify)
     if (b.shape[1] * b.element_size()) % plans.VECTOR:
@@ -376,13 +392,11 @@ def _v6_plan(a, b, config, row_bytes, keep, verify=True):
     a_run, b_run = prepare(a, b)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if config is not None:
-        missing = set(KEYS) - set(config)
-        if missing:
-            raise ValueError(f"config lacks {sorted(missing)}; it needs all of {KEYS}")
+        config = _v6_setting(config)
         space, kernel = [config], matmul_kernel_v6_fixed
     else:
         args = {"M": M, "N": n_padded, "K": K, "a_ptr": a_run}
-        space = [config_of(x) for x in prune(matmul_kernel_v6_tuned.configs, args)]
+        space = [TileConfig.from_triton(x) for x in prune(matmul_kernel_v6_tuned.configs, args)]
         kernel = matmul_kernel_v6_tuned
     ws, locks = _scratch_for(a_run, M, n_padded, K, space)
 
@@ -390,11 +404,11 @@ def _v6_plan(a, b, config, row_bytes, keep, verify=True):
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(n_padded, meta["BLOCK_N"]),
                 meta["SPLIT_K"])
 
-    extra = {} if config is None else {k: config[k] for k in KEYS}
+    extra = {} if config is None else config.as_dict(KEYS)
     tail = (ws, locks, M, n_padded, K, N, *a_run.stride(), *b_run.stride(), *c.stride(),
             *shape_key(M, N, K))
     compiled = kernel[grid](a_run, b_run, c, *tail, **extra)
-    chosen = config if config is not None else config_of(kernel.best_config)
+    chosen = config if config is not None else TileConfig.from_triton(kernel.best_config)
     run = _direct(compiled, prepare, a_run, b_run, c, tail, chosen, verify) if keep else None
     if run is None:
         def run(a, b):
@@ -421,7 +435,7 @@ def _direct(compiled, prepare, a, b, c, tail, config, verify=True):
     or ``None`` unless it gives exactly what the first launch gave (it runs the same
     binary; another Triton's launcher may take other arguments). ``verify=False`` skips
     that check, for a binary already checked so."""
-    chosen = {k: config[k] for k in KEYS[:5]}
+    chosen = config.as_dict(CONSTEXPRS)
     shape = {"a_ptr": a, "b_ptr": b, "c_ptr": c, "N": tail[3], "N_C": tail[5],
              "stride_am": tail[6], "stride_ak": tail[7], "stride_bk": tail[8],
              "stride_bn": tail[9], "stride_cm": tail[10], "stride_cn": tail[11]}
@@ -447,14 +461,14 @@ def _direct(compiled, prepare, a, b, c, tail, config, verify=True):
 
 
 def chosen_config(M: int, N: int, K: int, dtype=torch.float16, a_strides=None,
-                  b_strides=None) -> dict | None:
+                  b_strides=None) -> TileConfig | None:
     """The setting the tuner picked for this shape's bucket (``None``: not tuned yet)."""
     a_strides = a_strides or (K, 1)
     b_strides = b_strides or (N, 1)
     for key, config in matmul_kernel_v6_tuned.cache.items():
         if tuple(key[:5]) == (*shape_key(M, N, K), a_strides[1], b_strides[0]) \
                 and str(dtype) in map(str, key[5:]):
-            return config_of(config)
+            return TileConfig.from_triton(config)
     return None
 
 
@@ -466,7 +480,7 @@ def try_space(a: torch.Tensor, b: torch.Tensor, space=CONFIG_SPACE) -> list[dict
     """
     want = (a.float() @ b.float())
     rows = []
-    for config in space:
+    for config in map(TileConfig.of, space):
         got = matmul_tuned(a, b, config=config).float()
-        rows.append({**config, "max_abs_error": (got - want).abs().max().item()})
+        rows.append({**config.as_dict(KEYS), "max_abs_error": (got - want).abs().max().item()})
     return rows

@@ -9,12 +9,15 @@ block: ``down(silu(x @ w_gate) * (x @ w_up))`` with ``w_gate, w_up: (H, I)`` and
 * :func:`moe_reference`: the spec. Every expert on every token in float64, then each
   token keeps its chosen experts' outputs, weighted. No sorting, no kernels.
 * :func:`route`: the router. Softmax over the experts' logits in fp32, the ``top_k``
-  largest, renormalised to sum to 1 (Mixtral's convention).
+  largest, renormalised to sum to 1 (Mixtral's convention). It lives in
+  :mod:`~helpers.kernels.moe.routing` with the routings the lesson studies it with (a
+  random router's logits, the same skewed toward a few experts, a routing's balance).
 * :func:`dispatch`: the token copies (``T x top_k`` of them) sorted by expert, stably:
   the permutation, the tokens each sorted row reads, the rows per expert and their
   offsets, and where each copy landed (``position``), for the way back. With a
   ``capacity``, an expert keeps its first ``capacity`` copies and the rest are dropped.
-* :func:`padding_rows`: rows a grouped GEMM computes and throws away, for a tile height.
+* :func:`padding_rows` (the napkin math's, :mod:`helpers.intensity.moe`, as is
+  :func:`expert_flops`): rows a grouped GEMM computes and throws away, for a tile height.
 * :func:`experts_loop` / :func:`moe_loop`: the baselines. One PyTorch matmul per expert,
   the way most model code first writes it.
 * :func:`experts_forward` / :func:`moe_forward`: the same with the grouped GEMM kernels
@@ -34,14 +37,17 @@ import torch
 
 from ... import runtime
 from ...dtypes import FLOAT_DTYPES
+from ...intensity.moe import expert_flops, padding_rows
 from ..checks import check_tensor
 from .grouped import combine, expert_of_tile, grouped_gemm_kernel, grouped_matmul, grouped_swiglu
+from .routing import route, router_logits, skewed_route
 
 __all__ = [
     "Shape", "FEW_LARGE", "MANY_SMALL", "MoEWeights", "make_weights", "moe_reference",
     "route", "Dispatch", "dispatch", "capacity", "padding_rows", "experts_loop", "moe_loop",
     "experts_forward", "moe_forward", "grouped_swiglu", "grouped_matmul", "combine",
-    "expert_of_tile", "grouped_gemm_kernel", "expert_flops", "TOLERANCES",
+    "expert_of_tile", "grouped_gemm_kernel", "expert_flops", "TOLERANCES", "router_logits",
+    "skewed_route",
 ]
 
 # (atol, rtol) of the layer's output against the float64 reference, for weights from
@@ -101,11 +107,6 @@ def make_weights(experts: int, hidden: int, width: int, *, dtype=torch.float32,
     return w.to(dtype=dtype, device=device or runtime.device())
 
 
-def expert_flops(rows: int, hidden: int, width: int) -> int:
-    """FLOPs of the experts for ``rows`` token copies: gate, up and down, 2 per multiply-add."""
-    return 6 * rows * hidden * width
-
-
 # --------------------------------------------------------------------------------------
 # The spec.
 # --------------------------------------------------------------------------------------
@@ -126,24 +127,8 @@ def moe_reference(x: torch.Tensor, w: MoEWeights, top_k: int) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------
-# Router and dispatch.
+# Dispatch (the router, :func:`route`, is in routing.py).
 # --------------------------------------------------------------------------------------
-
-
-def route(logits: torch.Tensor, top_k: int, renormalize: bool = True):
-    """``(weights, ids)``, both ``(T, top_k)``: each token's experts, largest first, and
-    their softmax probabilities (fp32, or float64 for float64 logits), renormalised to
-    sum to 1 over the chosen experts."""
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be (tokens, experts), got shape {tuple(logits.shape)}")
-    E = logits.shape[1]
-    if not 1 <= top_k <= E:
-        raise ValueError(f"top_k must be between 1 and the number of experts ({E}), got {top_k}")
-    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-    weights, ids = torch.topk(probs, top_k, dim=-1)
-    if renormalize:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights, ids
 
 
 @dataclass
@@ -199,12 +184,6 @@ def dispatch(ids: torch.Tensor, experts: int, capacity: int | None = None, *,
     position[order] = torch.arange(order.numel(), device=ids.device)
     return Dispatch(order, (order // top_k).to(torch.int32), counts.to(torch.int32), offsets,
                     position.view(T, top_k))
-
-
-def padding_rows(counts, block_m: int) -> int:
-    """Rows computed and thrown away: each expert's rows rounded up to whole tiles."""
-    counts = torch.as_tensor(counts, dtype=torch.long)
-    return int(((counts + block_m - 1) // block_m * block_m - counts).sum())
 
 
 # --------------------------------------------------------------------------------------

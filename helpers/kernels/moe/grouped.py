@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from ... import runtime
+from ..matmul.config import TILE_KEYS, TileConfig
 from ..matmul.ladder import grouped_tile
 
 # --------------------------------------------------------------------------------------
@@ -155,12 +156,8 @@ def combine_kernel(y_ptr, position_ptr, weight_ptr, out_ptr, T, H, TOP_K,
 # Settings: tuned per shape on a GPU, one small one in the interpreter.
 # --------------------------------------------------------------------------------------
 
-KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
-
-
-def _config(bm, bn, bk, warps, stages, group_m=8) -> dict:
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=warps,
-                num_stages=stages)
+# How a setting of the grouped GEMM is named: lesson 04's tile and order, warps, stages.
+KEYS = (*TILE_KEYS, "num_warps", "num_stages")
 
 
 # GROUP_M = 16 variants of the big tiles: on the 8-expert shape (4,096 tokens, H100) they
@@ -168,15 +165,33 @@ def _config(bm, bn, bk, warps, stages, group_m=8) -> dict:
 # SwiGLU keeps two fp32 accumulators, so its tiles are half the area of the plain GEMM's
 # for the same registers a thread. Small BLOCK_M for few rows per expert (decode steps,
 # many experts): a 128-row tile on a 10-row expert computes 118 rows of padding.
-SWIGLU_SPACE = [_config(*c) for c in (
-    (128, 128, 64, 8, 3), (128, 128, 64, 8, 3, 16), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4),
-    (64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (64, 128, 64, 8, 4), (64, 256, 64, 8, 3),
-    (32, 64, 64, 4, 4), (16, 64, 128, 4, 4))]
-MATMUL_SPACE = [_config(*c) for c in (
-    (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 256, 64, 8, 4, 16), (256, 128, 64, 8, 3),
-    (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
-    (64, 256, 64, 8, 3), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4), (16, 64, 128, 4, 4))]
-CPU_CONFIG = _config(16, 32, 32, 4, 1)
+SWIGLU_SPACE = [
+    TileConfig(128, 128, 64, num_warps=8, num_stages=3),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=16),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=4),
+    TileConfig(128, 64, 64, num_warps=4, num_stages=4),
+    TileConfig(64, 128, 64, num_warps=4, num_stages=4),
+    TileConfig(64, 64, 64, num_warps=4, num_stages=4),
+    TileConfig(64, 128, 64, num_warps=8, num_stages=4),
+    TileConfig(64, 256, 64, num_warps=8, num_stages=3),
+    TileConfig(32, 64, 64, num_warps=4, num_stages=4),
+    TileConfig(16, 64, 128, num_warps=4, num_stages=4),
+]
+MATMUL_SPACE = [
+    TileConfig(128, 256, 64, num_warps=8, num_stages=3),
+    TileConfig(128, 256, 64, num_warps=8, num_stages=4),
+    TileConfig(128, 256, 64, num_warps=8, num_stages=4, group_m=16),
+    TileConfig(256, 128, 64, num_warps=8, num_stages=3),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=4),
+    TileConfig(128, 128, 64, num_warps=4, num_stages=4),
+    TileConfig(128, 64, 64, num_warps=4, num_stages=4),
+    TileConfig(64, 128, 64, num_warps=4, num_stages=4),
+    TileConfig(64, 256, 64, num_warps=8, num_stages=3),
+    TileConfig(64, 64, 64, num_warps=4, num_stages=4),
+    TileConfig(32, 64, 64, num_warps=4, num_stages=4),
+    TileConfig(16, 64, 128, num_warps=4, num_stages=4),
+]
+CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
 
 
 def bucket(n: int) -> int:
@@ -184,8 +199,7 @@ def bucket(n: int) -> int:
 
 
 def _triton_configs(space) -> list:
-    return [triton.Config({k: c[k] for k in KEYS[:4]}, num_warps=c["num_warps"],
-                          num_stages=c["num_stages"]) for c in space]
+    return [c.triton_config() for c in space]
 
 
 _EVEN = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0,
@@ -209,11 +223,13 @@ def _launch(a, rows, b, b2, counts, config, tuned):
         return c
     if config is None and runtime.is_cpu():
         config = CPU_CONFIG
-    if config is not None and set(KEYS) - set(config):
-        raise ValueError(f"config lacks {sorted(set(KEYS) - set(config))}; it needs all of "
-                         f"{KEYS}")
+    if config is not None:
+        config = TileConfig.of(config)
+        if config.split_k != 1 or config.options:
+            raise ValueError(f"the grouped GEMM takes a tile, GROUP_M, warps and stages (no "
+                             f"split of K, no options); got {config.describe()}")
     kernel = tuned if config is None else grouped_gemm_fixed
-    extra = {} if config is None else {k: config[k] for k in KEYS}
+    extra = {} if config is None else config.as_dict(KEYS)
 
     def grid(meta):
         return (min(R, R // meta["BLOCK_M"] + E) * triton.cdiv(N, meta["BLOCK_N"]),)
@@ -225,7 +241,7 @@ def _launch(a, rows, b, b2, counts, config, tuned):
     return c
 
 
-def grouped_swiglu(x, rows, counts, w_gate, w_up, config: dict | None = None):
+def grouped_swiglu(x, rows, counts, w_gate, w_up, config: TileConfig | None = None):
     """``silu(x[rows] @ w_gate[e]) * (x[rows] @ w_up[e])`` for each expert's sorted rows.
 
     ``x`` is ``(T, H)`` (tokens in their own order), ``rows`` the token of each sorted
@@ -241,7 +257,7 @@ def grouped_swiglu(x, rows, counts, w_gate, w_up, config: dict | None = None):
     return _launch(x, rows, w_gate, w_up, counts, config, grouped_swiglu_tuned)
 
 
-def grouped_matmul(a, counts, w, config: dict | None = None):
+def grouped_matmul(a, counts, w, config: TileConfig | None = None):
     """``a[r] @ w[e]`` for each expert's rows of the sorted ``a`` (``(R, K)``); ``w`` is
     ``(E, K, N)``; returns ``(R, N)``."""
     return _launch(a, None, w, None, counts, config, grouped_matmul_tuned)
@@ -266,7 +282,6 @@ def combine(y, position, weights, block_t: int = 16, block_h: int = 128):
     return out
 
 
-def chosen_config(tuned) -> list[dict]:
-    """The settings the tuner picked so far (one per tuned key), as plain dicts."""
-    return [{**{k: c.kwargs[k] for k in KEYS[:4]}, "num_warps": c.num_warps,
-             "num_stages": c.num_stages} for c in tuned.cache.values()]
+def chosen_config(tuned) -> list[TileConfig]:
+    """The settings the tuner picked so far (one per tuned key)."""
+    return [TileConfig.from_triton(c) for c in tuned.cache.values()]

@@ -10,9 +10,9 @@ to bottom:
 
 * :func:`shard_weights`, :func:`check_expert_parallel`: a rank's part of the weights
   (the router whole, ``E/world`` experts) and the checks that say what is wrong.
-* :func:`bytes_sent_per_rank`, :func:`exchange_ms`: the napkin math. Under uniform
-  routing a copy stays home with probability ``1/world``; the rest cross the link, once
-  there and once back.
+* The napkin math (:func:`helpers.intensity.bytes_sent_per_rank`,
+  :func:`helpers.intensity.exchange_ms`): under uniform routing a copy stays home with
+  probability ``1/world``; the rest cross the link, once there and once back.
 * :func:`plan` (route, dispatch, exchange the counts) and :func:`local_forward` (the
   local experts on the rows received): the pieces both versions share.
 * :func:`ep_forward_sequential`: the layer in six steps. Route and dispatch locally (the
@@ -42,15 +42,14 @@ import torch
 import torch.distributed as dist
 
 from ... import runtime
-from ...dtypes import FLOAT_DTYPES, element_size
+from ...dtypes import FLOAT_DTYPES
 from ..checks import check_tensor
 from . import MoEWeights, Dispatch, dispatch, route
 from .grouped import combine, grouped_matmul, grouped_swiglu
 
 __all__ = [
-    "local_experts", "shard_weights", "check_expert_parallel", "bytes_sent_per_rank",
-    "exchange_ms", "Plan", "plan", "local_forward", "ep_forward_sequential",
-    "ep_forward_overlapped",
+    "local_experts", "shard_weights", "check_expert_parallel", "Plan", "plan", "local_forward",
+    "ep_forward_sequential", "ep_forward_overlapped",
 ]
 
 
@@ -117,33 +116,6 @@ def _world(group) -> int:
                            "ranks with helpers.parallel.launch(fn, world) (or torchrun) and call "
                            "the expert-parallel layer from fn.")
     return dist.get_world_size(group)
-
-
-# --------------------------------------------------------------------------------------
-# The napkin math.
-# --------------------------------------------------------------------------------------
-
-
-def bytes_sent_per_rank(tokens: int, top_k: int, hidden: int, world: int, dtype) -> float:
-    """Bytes one rank sends to the others in **each** direction, under uniform routing.
-
-    Its ``tokens * top_k`` copies each carry ``hidden`` elements; a copy's expert lives on
-    this rank with probability ``1/world``, so ``(world - 1)/world`` of them leave. (A
-    token whose two experts share a rank is sent twice here; deduplicating senders such
-    as DeepEP send it once.) The outputs come back the same size.
-    """
-    if world < 1:
-        raise ValueError(f"the world size must be at least 1 rank, got {world}")
-    return tokens * top_k * (world - 1) / world * hidden * element_size(dtype)
-
-
-def exchange_ms(tokens: int, top_k: int, hidden: int, world: int, dtype,
-                link_gb_per_s: float) -> float:
-    """Least time of one all-to-all (one direction) over a link of ``link_gb_per_s`` GB/s
-    (10^9 bytes a second out of each GPU; an H100 SXM's NVLink gives 450 each way)."""
-    if not link_gb_per_s > 0:
-        raise ValueError(f"the link bandwidth must be positive GB/s, got {link_gb_per_s!r}")
-    return bytes_sent_per_rank(tokens, top_k, hidden, world, dtype) / (link_gb_per_s * 1e9) * 1e3
 
 
 # --------------------------------------------------------------------------------------
