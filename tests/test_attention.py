@@ -77,7 +77,11 @@ def test_tiled_pytorch_version_matches_the_reference(shape, causal):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_kernels_match_the_reference(shape, causal, dtype):
-    check_kernels(shape, causal, dtype, lse_tol=1e-4)
+    # The log-sum-exp is fp32 whatever the inputs, but on a GPU fp32 scores come from TF32
+    # tensor cores (10 mantissa bits): there it carries the output's error (measured on an
+    # H100: 2.3e-3 at d = 16), in the interpreter only fp32 rounding.
+    tf32 = dtype == torch.float32 and helpers.is_gpu()
+    check_kernels(shape, causal, dtype, lse_tol=A.TOLERANCES[dtype][0] if tf32 else 1e-4)
 
 
 def check_kernels(shape, causal, dtype, lse_tol):

@@ -1,23 +1,25 @@
 """The environment: environment.yml and pyproject.toml install the same pinned versions,
-and ./course sets it up and starts JupyterLab as the README says (the first run)."""
+and ./course sets it up as the README says (the first run): which Python, when to rebuild,
+and which torch (its CPU build without an NVIDIA driver, decided before pip starts).
+./course lab's tests are in tests/test_course_lab.py."""
 
-import hashlib
-import json
-import os
 import re
-import shlex
 import shutil
-import socket
-import stat
-import subprocess
 import sys
-import time
 import tomllib
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from course_script import (
+    COURSE,
+    CPU_INDEX,
+    fake_nvidia_smi,
+    fake_python,
+    nvidia_driver_here,
+    old_venv,
+    pyproject_hash,
+    run_course,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,194 +72,6 @@ def test_conda_python_is_supported():
     text = (ROOT / "environment.yml").read_text()
     version = re.search(r"python=(\d+)\.(\d+)", text)
     assert version and (int(version[1]), int(version[2])) >= (3, 11)
-
-
-# ---------------------------------------------------------------------------------------
-# ./course: the first run as a learner meets it. Every test here runs in seconds: the
-# environment decisions are checked with COURSE_DRY_RUN=1 or with fake interpreters (a
-# script that answers like Python), never with a real install.
-# ---------------------------------------------------------------------------------------
-
-COURSE = ROOT / "course"
-LESSON = "notebooks/00_start_here.ipynb"
-
-
-def course_env(**overrides) -> dict[str, str]:
-    """The environment for running ./course: no display, no PYTHON, no COURSE_* settings."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"DISPLAY", "WAYLAND_DISPLAY", "BROWSER", "PYTHON", "COURSE_VENV",
-                        "COURSE_DRY_RUN", "SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY"}}
-    env.update({k: str(v) for k, v in overrides.items()})
-    return env
-
-
-def run_course(*args, script=COURSE, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([str(script), *args], env=course_env(**env), capture_output=True,
-                          text=True, timeout=60)
-
-
-def would_run(out: str) -> list[str]:
-    line = next(ln for ln in out.splitlines() if ln.startswith("course: would run: "))
-    return shlex.split(line.removeprefix("course: would run: "))
-
-
-def on_wsl() -> bool:
-    try:
-        return "microsoft" in Path("/proc/version").read_text().lower()
-    except OSError:
-        return False
-
-
-def fake_python(path: Path, version: str, prefix: str, log: Path) -> Path:
-    """A script that answers ./course's questions like Python `version` at `prefix`.
-
-    It prints the identity ./course asks for, says yes to "can you make a venv", makes a
-    venv of itself for `-m venv [--clear] DIR`, and logs every other call (pip) to `log`.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"""#!/usr/bin/env bash
-if [ "$1" = -c ]; then
-  case "$2" in
-    *base_prefix*) echo "{version} {prefix}"; exit 0 ;;
-    *ensurepip*) exit 0 ;;
-  esac
-fi
-echo "{version} $*" >> "{log}"
-if [ "$1 $2" = "-m venv" ]; then
-  dir="${{@: -1}}"
-  [ "$3" = --clear ] && rm -rf "$dir"
-  mkdir -p "$dir/bin"
-  echo "home = {prefix}/bin" > "$dir/pyvenv.cfg"
-  cp "$0" "$dir/bin/python"
-fi
-exit 0
-""")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
-
-
-def pyproject_hash(root: Path = ROOT) -> str:
-    return hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()[:16]
-
-
-def old_venv(venv: Path, log: Path, version="3.11.7", prefix="/opt/py311") -> Path:
-    """A finished environment made with Python `version`, as ./course leaves it. The stamp
-    is written the way earlier versions of ./course wrote it (sha256 of pyproject.toml, 16
-    hex digits, and the Python version), so the tests below also check that an environment
-    that is up to date is not reinstalled after an update of ./course."""
-    fake_python(venv / "bin" / "python", version, prefix, log)
-    (venv / "pyvenv.cfg").write_text(f"home = {prefix}/bin\n")
-    (venv / ".course-stamp").write_text(f"{pyproject_hash()} {version}\n")
-    return venv
-
-
-# -- ./course lab: how to reach lesson 00 ------------------------------------------------
-
-def test_lab_says_how_to_reach_lesson_00_without_a_display():
-    r = run_course("lab", "--port", "9999", COURSE_DRY_RUN=1, COURSE_VENV="/nonexistent/venv",
-                   PYTHON=sys.executable, SSH_CONNECTION="10.0.0.2 50000 10.0.0.1 22")
-    assert r.returncode == 0, r.stderr
-    out = r.stdout
-    assert "would create /nonexistent/venv" in out           # the dry run installs nothing
-    assert f"http://localhost:9999/lab/tree/{LESSON}?token=" in out
-    assert "ssh -N -L 9999:localhost:9999 " in out           # port forwarding, on its port
-    assert "--ip=0.0.0.0" in out and "--no-browser" in out
-    assert "./course lab --port 9999 --no-browser" in out    # flags pass through
-    argv = would_run(out)
-    assert argv[0] == "/nonexistent/venv/bin/jupyter" and argv[1] == "lab"
-    assert f"--LabApp.default_url=/lab/tree/{LESSON}" in argv
-    assert "--ContentsManager.hide_globs=*.egg-info" in argv
-    assert "--ContentsManager.hide_globs=__pycache__" in argv  # JupyterLab's own kept
-    assert argv[-2:] == ["--port", "9999"]                    # the learner's flags last
-    if not on_wsl():  # WSL may open the Windows browser; elsewhere, none to find
-        assert "--no-browser" in argv and "No display here" in out
-
-
-def test_lab_leaves_the_browser_alone_with_a_display_or_when_told():
-    r = run_course("lab", COURSE_DRY_RUN=1, COURSE_VENV="/nonexistent/venv",
-                   PYTHON=sys.executable, DISPLAY=":0")
-    assert r.returncode == 0, r.stderr
-    assert "--no-browser" not in would_run(r.stdout)
-    assert "ssh -N -L 8888:localhost:8888 user@host" in r.stdout  # the remote recipe, still
-    r = run_course("lab", "--browser=firefox", "--LabApp.default_url=/lab", COURSE_DRY_RUN=1,
-                   COURSE_VENV="/nonexistent/venv", PYTHON=sys.executable)
-    argv = would_run(r.stdout)
-    assert "--no-browser" not in argv
-    assert argv[-2:] == ["--browser=firefox", "--LabApp.default_url=/lab"]
-    # JupyterLab refuses a one-value setting given twice: the learner's replaces the course's
-    assert sum("default_url" in a for a in argv) == 1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url: str) -> tuple[int, str, str]:
-    """(status, final URL, body) without following redirects."""
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):
-            return None
-    opener = urllib.request.build_opener(NoRedirect)
-    try:
-        with opener.open(url, timeout=5) as resp:
-            return resp.status, resp.geturl(), resp.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers.get("Location", ""), ""
-
-
-def test_lab_serves_lesson_00_headless_and_hides_egg_info(tmp_path):
-    """Start JupyterLab exactly as ./course lab would, headless, and ask it over HTTP."""
-    pytest.importorskip("jupyterlab")
-    port = free_port()
-    # A folder like the course's, with the egg-info that a pip build leaves behind.
-    (tmp_path / "course" / "notebooks").mkdir(parents=True)
-    shutil.copy(ROOT / LESSON, tmp_path / "course" / LESSON)
-    (tmp_path / "course" / "triton_course_helpers.egg-info").mkdir()
-    (tmp_path / "course" / "helpers").mkdir()
-    r = run_course("lab", f"--notebook-dir={tmp_path / 'course'}", "--no-browser",
-                   f"--port={port}", "--ServerApp.port_retries=0", COURSE_DRY_RUN=1,
-                   COURSE_VENV="/nonexistent/venv", PYTHON=sys.executable)
-    argv = would_run(r.stdout)
-    assert sum(a.startswith("--notebook-dir") for a in argv) == 1  # the learner's, once
-    assert f"ssh -N -L {port}:localhost:{port}" in r.stdout
-    cmd = [sys.executable, "-m", "jupyter", *argv[1:]]
-    token = "course-test-token"
-    env = course_env(JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=tmp_path / "runtime",
-                     JUPYTER_CONFIG_DIR=tmp_path / "config")
-    base = f"http://127.0.0.1:{port}"
-    with open(tmp_path / "lab.log", "w+") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=tmp_path)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    status, _, _ = http_get(f"{base}/api/status?token={token}")
-                    if status == 200:
-                        break
-                except OSError:
-                    pass
-                assert proc.poll() is None, f"JupyterLab exited:\n{Path(log.name).read_text()}"
-                assert time.monotonic() < deadline, "JupyterLab did not answer within 60 s"
-                time.sleep(0.2)
-            status, _, page = http_get(f"{base}/lab/tree/{LESSON}?token={token}")
-            assert status == 200 and "JupyterLab" in page
-            status, where, _ = http_get(f"{base}/?token={token}")  # / leads to lesson 00
-            assert status in (301, 302) and f"/lab/tree/{LESSON}" in where
-            status, _, body = http_get(f"{base}/api/contents/?token={token}")
-            names = {item["name"] for item in json.loads(body)["content"]}
-            assert names == {"notebooks", "helpers"}, names  # no *.egg-info
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        printed = Path(log.name).read_text()
-    assert f"http://localhost:{port}/lab/tree/{LESSON}?token=" in printed, printed
 
 
 # -- ./course env: which Python, and when to rebuild --------------------------------------
@@ -344,7 +158,8 @@ def test_python_rebuilds_the_environment_with_that_interpreter(tmp_path):
     (venv / "made-with-3.11").write_text("")
     py312 = fake_python(tmp_path / "bin" / "python3.12", "3.12.4", "/opt/py312", log)
 
-    r = run_course("env", script=root / "course", COURSE_VENV=venv, PYTHON=py312)
+    r = run_course("env", script=root / "course", COURSE_VENV=venv, PYTHON=py312,
+                   COURSE_TORCH="cuda")    # torch with the rest: the CPU build's step is below
     assert r.returncode == 0, r.stderr
     calls = log.read_text().splitlines()
     assert calls[0] == f"3.12.4 -m venv --clear {venv}", calls      # made anew, with 3.12
@@ -368,3 +183,84 @@ def test_a_folder_that_is_not_a_venv_is_left_alone(tmp_path):
     r = run_course("env", COURSE_VENV=tmp_path / "stuff", PYTHON=sys.executable)
     assert r.returncode == 2 and "is not a virtual environment" in r.stderr
     assert (tmp_path / "stuff" / "notes.txt").read_text() == "mine"
+
+
+# -- ./course env: which torch, decided before pip starts ---------------------------------
+
+def plan_torch(tmp_path, **env) -> str:
+    """What a dry run of a first set-up says about torch: its one line."""
+    r = run_course("env", COURSE_DRY_RUN=1, COURSE_VENV=tmp_path / "venv", PYTHON=sys.executable,
+                   **env)
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "venv").exists()                 # a dry run installs nothing
+    lines = [ln for ln in r.stdout.splitlines() if "pip would take torch" in ln]
+    assert len(lines) == 1, r.stdout
+    return lines[0]
+
+
+@pytest.mark.skipif(nvidia_driver_here(), reason="this machine has an NVIDIA driver")
+def test_without_a_driver_torch_is_the_cpu_build_said_in_one_line(tmp_path):
+    line = plan_torch(tmp_path)
+    assert line.startswith("course: no NVIDIA driver here, so pip would take torch's CPU build "
+                           f"from {CPU_INDEX} (0.5 GB to download, 2 GB on disk"), line
+    assert "COURSE_TORCH=cuda" in line                        # how to take the other one
+    assert "Ctrl+C" not in line
+
+
+def test_with_a_driver_torch_is_the_cuda_build(tmp_path):
+    line = plan_torch(tmp_path, PATH=fake_nvidia_smi(tmp_path / "bin"))
+    assert line.startswith("course: an NVIDIA driver is here, so pip would take torch with "
+                           "CUDA's libraries (2.8 GB to download, 5 GB on disk)"), line
+
+
+def test_course_torch_and_pips_own_index_override_the_choice(tmp_path):
+    with_driver = fake_nvidia_smi(tmp_path / "bin")
+    assert "COURSE_TORCH=cpu, so pip would take torch's CPU build" in plan_torch(
+        tmp_path, PATH=with_driver, COURSE_TORCH="cpu")
+    assert "COURSE_TORCH=cuda, so pip would take torch with CUDA's libraries" in plan_torch(
+        tmp_path, COURSE_TORCH="cuda")
+    line = plan_torch(tmp_path, PIP_EXTRA_INDEX_URL=CPU_INDEX)
+    assert "the index your PIP_INDEX_URL / PIP_EXTRA_INDEX_URL name: its CPU build" in line
+    line = plan_torch(tmp_path, PIP_INDEX_URL="https://mirror.example/simple")
+    assert line.endswith("PIP_EXTRA_INDEX_URL name."), line
+    r = run_course("env", COURSE_DRY_RUN=1, COURSE_VENV=tmp_path / "venv",
+                   PYTHON=sys.executable, COURSE_TORCH="gpu")
+    assert r.returncode == 2 and "COURSE_TORCH is 'gpu': set it to cpu or cuda" in r.stderr
+
+
+def _first_setup(tmp_path, offline=False, **env):
+    """The real ./course env of a copy of the course, with a fake Python standing in for
+    Python and pip: (its output, the calls pip got)."""
+    root = tmp_path / "course"
+    root.mkdir()
+    shutil.copy(COURSE, root / "course")
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    log = tmp_path / "log"
+    py = fake_python(tmp_path / "bin" / "python3.12", "3.12.4", "/opt/py312", log, offline)
+    r = run_course("env", script=root / "course", COURSE_VENV=tmp_path / "venv", PYTHON=py,
+                   **env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout, [c.removeprefix("3.12.4 ") for c in log.read_text().splitlines()], root
+
+
+def test_the_cpu_build_is_installed_first_from_pytorchs_cpu_index(tmp_path):
+    pin = re.search(r'"torch==([^";]+)"', (ROOT / "pyproject.toml").read_text())[1]
+    out, calls, root = _first_setup(tmp_path, COURSE_TORCH="cpu")
+    torch = f"-m pip install --extra-index-url {CPU_INDEX} torch=={pin}"
+    assert calls[-2:] == [torch, f"-m pip install -e {root}"], calls
+    assert f"-c <is the index there?> {CPU_INDEX}/torch/" in calls   # asked before, once
+    assert "[3/4] installing torch" in out and "[4/4] installing triton, JupyterLab" in out
+    # The next run finds it done.
+    (tmp_path / "log").unlink()
+    r = run_course("env", script=root / "course", COURSE_VENV=tmp_path / "venv")
+    assert r.returncode == 0 and not (tmp_path / "log").exists(), r.stdout
+
+
+def test_an_unreachable_cpu_index_costs_nothing(tmp_path):
+    """Offline, or behind a mirror: torch comes with the rest from pip's own indexes, and
+    pip never waits on PyTorch's index (it would retry it for each of torch's dependencies)."""
+    out, calls, root = _first_setup(tmp_path, offline=True, COURSE_TORCH="cpu")
+    assert not any("--extra-index-url" in c for c in calls), calls
+    assert calls[-1] == f"-m pip install -e {root}", calls
+    assert f"{CPU_INDEX} cannot be reached ([Errno -2] Name or service not known)" in out
+    assert "[4/4] installing torch, triton, JupyterLab" in out

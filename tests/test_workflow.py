@@ -11,7 +11,9 @@ script. The student release carries no workflow: there these tests skip.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,7 +45,8 @@ def actionlint_findings(path: Path) -> list[str]:
     args = [_actionlint(), "-format", "{{json .}}", "-config-file", str(CONFIG)]
     if not shutil.which("shellcheck"):
         args.append("-shellcheck=")
-    run = subprocess.run([*args, str(path)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([*args, str(path)], capture_output=True, text=True, timeout=120,
+                         check=False)
     if run.returncode not in (0, 1) or (run.returncode == 1 and not run.stdout.strip()):
         pytest.fail(f"actionlint failed to run (exit {run.returncode}): {run.stderr[-2000:]}")
     return [f"{e['filepath']}:{e['line']}:{e['column']}: {e['message']} [{e['kind']}]"
@@ -91,7 +94,7 @@ def test_the_cpu_job_runs_the_readmes_test_command(workflow):
     assert cpu["runs-on"] == "ubuntu-latest" and "if" not in cpu
     assert _runs(cpu)[-1] == command
     ci = (REPO / ".ci" / "run").read_text()
-    assert re.search(r"^exec \./course test\s*$", ci, re.M), "CI and the workflow differ"
+    assert re.search(r"^exec \./course test\s*$", ci, re.MULTILINE), "CI and the workflow differ"
     on = workflow["on"]
     assert "push" in on and "pull_request" in on
 
@@ -102,6 +105,35 @@ def test_the_cpu_job_covers_the_supported_pythons(workflow):
     pythons = workflow["jobs"]["cpu"]["strategy"]["matrix"]["python"]
     assert pythons[0] == lowest and len(pythons) >= 2, (want, pythons)
     assert "Python 3.11 or newer" in (REPO / "README.md").read_text()
+
+
+def test_the_cpu_job_takes_torchs_cpu_build(workflow):
+    env = workflow["jobs"]["cpu"]["env"]
+    assert env["COURSE_TORCH"] == "cpu" and "PIP_EXTRA_INDEX_URL" not in env, env
+
+
+def test_course_test_runs_a_worker_per_core_and_names_the_slowest_tests():
+    """CI's runners have 2 to 4 cores: ./course test runs a pytest-xdist worker on each, with
+    each notebook (and each test module or class) on one worker, in order."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_VENV", "PYTHON")}
+    run = subprocess.run([str(REPO / "course"), "test", "-k", "x"], capture_output=True,
+                         text=True, timeout=120, check=False, env={**env, "COURSE_DRY_RUN": "1"})
+    assert run.returncode == 0, run.stderr
+    argv = shlex.split(run.stdout.split("course: would run: ", 1)[1].splitlines()[0])
+    assert argv[1:4] == ["-m", "pytest", "-q"] and "--durations=15" in argv
+    assert argv[-2:] == ["-k", "x"]                    # the learner's arguments last: they win
+    pins = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(p.startswith("pytest-xdist==") for p in pins)
+    if "--nbval-lax" in argv:                          # a GPU: one process, timings alone
+        assert "-n" not in argv
+        return
+    at = argv.index("-n")
+    assert 1 <= int(argv[at + 1]) <= min(8, len(os.sched_getaffinity(0)))
+    assert argv[at + 2:at + 5] == ["--dist", "loadscope", "--no-loadscope-reorder"]
+    assert "--nbval" in argv and "--nbval-sanitize-with" in argv
+    run = subprocess.run([str(REPO / "course"), "test", "-p", "no:xdist"], capture_output=True,
+                         text=True, timeout=120, check=False, env={**env, "COURSE_DRY_RUN": "1"})
+    assert "-n" not in shlex.split(run.stdout.split("course: would run: ", 1)[1])
 
 
 def test_the_pip_cache_is_keyed_on_pyproject(workflow):

@@ -31,7 +31,9 @@ import torch
 
 from ... import runtime
 from ...dtypes import FLOAT_DTYPES
-from . import backward, forward, tiled
+from . import backward as attention_backward  # the names lesson 06 shows its code with
+from . import forward as attention_forward
+from . import tiled as attention_tiled
 from .backward import (attention_bwd_dkdv_kernel, attention_bwd_dq_kernel,
                                  attention_bwd_preprocess_kernel)
 from .forward import attention_fwd_kernel
@@ -71,13 +73,13 @@ def attention_reference(q, k, v, causal: bool = False, sm_scale=None):
     """The spec: ``(o, lse)`` in float64, from the whole score matrix at once."""
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     heads = q4.shape[1]
-    k4 = tiled.expand_kv(k4, heads).double()
-    v4 = tiled.expand_kv(v4, heads).double()
+    k4 = attention_tiled.expand_kv(k4, heads).double()
+    v4 = attention_tiled.expand_kv(v4, heads).double()
     s = q4.double() @ k4.transpose(-1, -2) * _scale(q, sm_scale)
     if causal:
         rows = torch.arange(s.shape[-2], device=s.device)
         cols = torch.arange(s.shape[-1], device=s.device)
-        s = s.masked_fill(~tiled.causal_mask(rows, cols), -math.inf)
+        s = s.masked_fill(~attention_tiled.causal_mask(rows, cols), -math.inf)
     lse = torch.logsumexp(s, dim=-1)
     o = torch.softmax(s, dim=-1) @ v4
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
@@ -92,12 +94,12 @@ def naive_attention(q, k, v, causal: bool = False, sm_scale=None):
     """
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     heads = q4.shape[1]
-    k4, v4 = tiled.expand_kv(k4, heads), tiled.expand_kv(v4, heads)
+    k4, v4 = attention_tiled.expand_kv(k4, heads), attention_tiled.expand_kv(v4, heads)
     s = (q4 @ k4.transpose(-1, -2)) * _scale(q, sm_scale)          # N x N in HBM
     if causal:
         rows = torch.arange(s.shape[-2], device=s.device)
         cols = torch.arange(s.shape[-1], device=s.device)
-        s = s.masked_fill(~tiled.causal_mask(rows, cols), -math.inf)
+        s = s.masked_fill(~attention_tiled.causal_mask(rows, cols), -math.inf)
     p = torch.softmax(s.float(), dim=-1).to(q.dtype)                # N x N again
     o = p @ v4
     return o.squeeze(1) if squeeze else o
@@ -211,7 +213,7 @@ def tiled_attention_forward(q, k, v, causal: bool = False, sm_scale=None,
                             block_m: int = 64, block_n: int = 64):
     """``(o, lse)`` by FlashAttention-2's algorithm in plain PyTorch, on any device."""
     q4, k4, v4, squeeze = _four_dims(q, k, v)
-    o, lse = tiled.forward(q4, k4, v4, causal, _scale(q, sm_scale), block_m, block_n)
+    o, lse = attention_tiled.forward(q4, k4, v4, causal, _scale(q, sm_scale), block_m, block_n)
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
 
 
@@ -220,7 +222,7 @@ def tiled_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
     """``(dq, dk, dv)`` recomputed block by block from the saved ``lse``, in plain PyTorch."""
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     do4, o4, lse4 = (do.unsqueeze(1), o.unsqueeze(1), lse.unsqueeze(1)) if squeeze else (do, o, lse)
-    grads = tiled.backward(do4, q4, k4, v4, o4, lse4, causal, _scale(q, sm_scale),
+    grads = attention_tiled.backward(do4, q4, k4, v4, o4, lse4, causal, _scale(q, sm_scale),
                                      block_m, block_n)
     return tuple(g.squeeze(1) for g in grads) if squeeze else grads
 
@@ -236,7 +238,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
                          "is block_m keys wide and is walked in tiles of block_n")
     o = torch.empty_like(q4, memory_format=torch.contiguous_format)
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
-    forward.launch(q4, k4, v4, o, lse, bool(causal), _scale(q, sm_scale), **settings)
+    attention_forward.launch(q4, k4, v4, o, lse, bool(causal), _scale(q, sm_scale), **settings)
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
 
 
@@ -258,7 +260,7 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
     dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
     delta = torch.empty_like(lse4)
     settings = {**backward_config(q4.shape[-1], q4.dtype), **config}
-    backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, bool(causal),
+    attention_backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, bool(causal),
                               _scale(q, sm_scale), **settings)
     grads = (dq, dk, dv)
     return tuple(g.squeeze(1) for g in grads) if squeeze else grads
