@@ -37,8 +37,8 @@ def unit(item) -> str:
 
 
 def expected_length(item) -> int:
-    """3: uses a ``graded...`` fixture; 2: a notebook's cell (nbval); 1: shares a module or class fixture;
-    0: the rest."""
+    """3: uses a ``graded...`` fixture; 2: a notebook's cell (nbval); 1: shares a module or
+    class fixture; 0: the rest."""
     names = getattr(item, "fixturenames", ())
     if any(name.startswith("graded") for name in names):
         return 3

@@ -36,9 +36,11 @@ NOT_NAMED_AFTER_THE_TOPIC = {
 
 
 def _section(text: str, title: str) -> str:
+    """From ``title`` (a Markdown heading) to the next heading of its level or above."""
     start = text.index(title)
-    end = text.find("\n### ", start + len(title))
-    return text[start:end if end > 0 else None]
+    level = len(title) - len(title.lstrip("#"))
+    ends = [m.start() for m in re.finditer(r"\n#{1,%d} " % level, text[start + len(title):])]
+    return text[start:start + len(title) + ends[0] if ends else None]
 
 
 def recipe_steps() -> list[tuple[str, str]]:
@@ -99,8 +101,9 @@ def _module_exists(folder: Path, name: str) -> bool:
 
 # The experiment column names registered experiments (one module may register several);
 # the other columns name modules.
-FOLDERS = {"kernels": HELPERS / "kernels", "plots": HELPERS / "plots", "exercises": HELPERS / "exercises",
-           "grading": HELPERS / "grading" / "assignments", "tests": ROOT / "tests"}
+FOLDERS = {"kernels": HELPERS / "kernels", "plots": HELPERS / "plots",
+           "exercises": HELPERS / "exercises", "grading": HELPERS / "grading" / "assignments",
+           "tests": ROOT / "tests"}
 
 
 @pytest.mark.parametrize("number", sorted(ROWS))

@@ -3,8 +3,9 @@
 A goal stated in a lesson's notebook or held by a record test is written down here once,
 with its source; a goal that already lives in code (lessons 05 to 08, beside each
 experiment in :mod:`helpers.experiments`, where the lesson's plots, its record tests and
-this report all read it) is taken from there, so they cannot drift apart. (Each source
-names the lesson's plots module, whose ``targets()`` judges a record against the goal.)
+this report all read it) is taken from there, so they cannot drift apart. Each source
+names the module that holds the goal and, where one does, the function that judges a
+record against it (a plots module's ``targets()``).
 ``tests/test_performance.py`` also checks that the report's verdicts agree with each
 lesson's own ``targets()``.
 """
@@ -59,7 +60,7 @@ class Target:
 _H100 = ("H100-SXM",)
 _HOPPER = tuple(k for k, gpu in hardware.GPUS.items() if gpu.architecture == "Hopper")
 _AT_TESTS = "tests/test_autotuning.py::test_target_"
-_FUSION = "helpers/plots/fusion.py, targets(); tests/test_fusion.py"
+_FUSION = "helpers/experiments/fusion.py; helpers/plots/fusion.py, targets(); tests/test_fusion.py"
 TARGETS = {
     "copy": Target(0.85, "%", "lesson 01's copy kernel: {goal} of the datasheet HBM bandwidth",
                    "notebooks/01_memory_wall.ipynb, 'The target'; tests/test_memory_wall.py::"
@@ -92,43 +93,44 @@ TARGETS = {
     "attention_forward": Target(
         _AP.FORWARD_VS_FLASH[0], "x", f"lesson 06's forward, {_AP.TARGET_DTYPE}, d = "
         f"{_AP.TARGET_HEAD_DIM}, from N = {_AP.FORWARD_VS_FLASH[1]}, causal or not: {{goal}} "
-        "the speed of SDPA flash", "helpers/plots/attention.py, FORWARD_VS_FLASH; "
+        "the speed of SDPA flash", "helpers/experiments/attention.py, FORWARD_VS_FLASH; "
         "tests/test_attention_record.py::test_record_meets_the_lessons_targets"),
     "attention_backward": Target(
         _AP.BACKWARD_VS_FLASH[0], "x", f"lesson 06's backward, {_AP.TARGET_DTYPE}, d = "
         f"{_AP.TARGET_HEAD_DIM}, from N = {_AP.BACKWARD_VS_FLASH[1]}, causal or not: {{goal}} "
-        "the speed of SDPA flash", "helpers/plots/attention.py, BACKWARD_VS_FLASH; "
+        "the speed of SDPA flash", "helpers/experiments/attention.py, BACKWARD_VS_FLASH; "
         "tests/test_attention_record.py::test_record_meets_the_lessons_targets"),
     "attention_tflops": Target(
         _AP.FORWARD_TFLOPS[0], " TFLOP/s", f"lesson 06's forward at N = {_AP.FORWARD_TFLOPS[1]}"
-        ", non-causal: {goal}", "helpers/plots/attention.py, FORWARD_TFLOPS; "
+        ", non-causal: {goal}", "helpers/experiments/attention.py, FORWARD_TFLOPS; "
         "tests/test_attention_record.py::test_record_meets_the_lessons_targets"),
     "tuned_geomean": Target(_AT.GEOMEAN_VS_TORCH, "x", "lesson 07's tuned matmul over its "
                             "sweep: {goal} the speed of torch.matmul, geometric mean",
-                            f"helpers/plots/autotuning.py, GEOMEAN_VS_TORCH; {_AT_TESTS}"
+                            f"helpers/experiments/autotuning.py, GEOMEAN_VS_TORCH; {_AT_TESTS}"
                             "geomean_vs_torch", gpus=_H100),
     "tuned_floor": Target(_AT.FLOOR_VS_TORCH, "x", "lesson 07's tuned matmul on every shape of "
                           "its sweep: {goal} the speed of torch.matmul",
-                          f"helpers/plots/autotuning.py, FLOOR_VS_TORCH; {_AT_TESTS}"
+                          f"helpers/experiments/autotuning.py, FLOOR_VS_TORCH; {_AT_TESTS}"
                           "no_shape_below_the_floor", gpus=_H100),
     "tuned_8192": Target(_AT.SQUARE_8192_VS_TORCH, "x", "lesson 07's tuned matmul at 8192^3, "
                          "each dtype: {goal} the speed of torch.matmul",
-                         f"helpers/plots/autotuning.py, SQUARE_8192_VS_TORCH; {_AT_TESTS}"
+                         f"helpers/experiments/autotuning.py, SQUARE_8192_VS_TORCH; {_AT_TESTS}"
                          "8192_cubed", gpus=_H100),
     "tuned_vs_fixed": Target(_AT.GEOMEAN_VS_FIXED, "x", "lesson 07's tuned matmul over its "
                              "sweep: {goal} the speed of lesson 04's single setting, geometric "
-                             "mean", f"helpers/plots/autotuning.py, GEOMEAN_VS_FIXED; {_AT_TESTS}"
+                             "mean",
+                             f"helpers/experiments/autotuning.py, GEOMEAN_VS_FIXED; {_AT_TESTS}"
                              "geomean_vs_lesson_04s_setting", gpus=_H100),
     "tuning_cache": Target(_AT.CACHED_OVER_UNTUNED, "x", "lesson 07's sweep in a fresh process "
                            "that reads the tuning cache: {goal} the time of one that never tunes",
-                           f"helpers/plots/autotuning.py, CACHED_OVER_UNTUNED; {_AT_TESTS}"
+                           f"helpers/experiments/autotuning.py, CACHED_OVER_UNTUNED; {_AT_TESTS}"
                            "cached_run_within_10_percent_of_untuned", at_most=True, gpus=_H100),
 }
 
 
 def _lesson_08() -> dict:
     """Lesson 08's goals, per shape, each held at the token count the lesson set it for."""
-    src = "helpers/plots/moe.py, {}; its targets()"
+    src = "helpers/experiments/moe.py, {}; helpers/plots/moe.py, targets()"
     tokens = _MOE.TARGET_TOKENS
     out = {f"moe_vs_grouped_mm_{k}": Target(
         goal, "x", f"lesson 08's experts, {k} shape, {tokens[k]} tokens: {{goal}} the speed "

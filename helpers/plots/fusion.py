@@ -103,6 +103,7 @@ def kernel_families(prof, op_name: str = "softmax naive") -> list[dict]:
                  "us": op["total_us"], "share %": 100.0, "GB/s": ""})
     return rows
 
+
 def targets(rec) -> list[dict]:
     """Lesson 05's performance targets, each with the measured value and a verdict."""
     res = rec.results

@@ -315,7 +315,7 @@ def _collect_kernel(ns, seed):
             got["qkv"] = (q, k, v)
             got["out"] = fn(q, k, v, case.params["causal"])
             return got["out"]
-        rec = harness._trial(TASK, call, ns, case.seeded(seed), log, device)
+        rec = harness.run_trial(TASK, call, ns, case.seeded(seed), log, device)
         out = got.get("out") if isinstance(got.get("out"), (tuple, list)) else ()
         lse = out[1] if len(out) == 2 and isinstance(out[1], torch.Tensor) else None
         own = [x for x in log.launches[start:] if x.defined_in(ns) and x.traced]
