@@ -164,45 +164,57 @@ def travels(path: str, repo: Path, values=()) -> bool:
 
 
 # ------------------------------------------------------------------------------------
-# The answer values, from the course being released (in a child process).
+# The answer values, from the course being released.
 # ------------------------------------------------------------------------------------
 
 _READ_KEYS = r"""
 import importlib, json, sys
 from helpers.grading import registry
-out = {}
-for name, modname in registry.MODULES.items():
-    topic = modname.rsplit(".", 1)[1]
-    formulas = modname.rsplit(".", 1)[0] + ".keys_" + topic
-    try:
-        source, fn = formulas, importlib.import_module(formulas).answer_key
-    except ModuleNotFoundError as err:
-        if err.name != formulas:
-            raise
-        module = importlib.import_module(modname)
-        source, fn = modname, getattr(module, "answer_key", None)
-    values = fn() if fn else None
-    def plain(v):      # a number, or a choice: a word or a set of words
-        return v if isinstance(v, str) else sorted(v) if isinstance(v, (set, frozenset)) \
-            else float(v)
-    if values is not None:
-        values = {k: [plain(v), float(rel), [[float(w), str(d)] for w, d in m]]
-                  for k, (v, rel, m) in values.items()}
-    out[name] = {"module": modname, "formulas": formulas, "source": source if fn else None,
-                 "values": values}
-json.dump(out, open(sys.argv[1], "w"))
+def read_keys():
+    out = {}
+    for name, modname in registry.MODULES.items():
+        topic = modname.rsplit(".", 1)[1]
+        formulas = modname.rsplit(".", 1)[0] + ".keys_" + topic
+        try:
+            source, fn = formulas, importlib.import_module(formulas).answer_key
+        except ModuleNotFoundError as err:
+            if err.name != formulas:
+                raise
+            module = importlib.import_module(modname)
+            source, fn = modname, getattr(module, "answer_key", None)
+        values = fn() if fn else None
+        def plain(v):      # a number, or a choice: a word or a set of words
+            return v if isinstance(v, str) else sorted(v) if isinstance(v, (set, frozenset)) \
+                else float(v)
+        if values is not None:
+            values = {k: [plain(v), float(rel), [[float(w), str(d)] for w, d in m]]
+                      for k, (v, rel, m) in values.items()}
+        out[name] = {"module": modname, "formulas": formulas, "source": source if fn else None,
+                     "values": values}
+
+    return out
 """
 
 
 def instructor_keys(repo: Path = REPO) -> dict:
-    """``{assignment: {"module", "formulas", "source", "values"}}`` of the course at ``repo``."""
+    """``{assignment: {"module", "formulas", "source", "values"}}`` of the course at ``repo``.
+
+    The course this module belongs to is read here, in this process (its modules are the
+    ones imported already); another course in a child process that imports that course's
+    own ``helpers``. Either way the values pass through JSON: what a release sees is what
+    the file would hold."""
+    if Path(repo).resolve() == REPO.resolve():
+        space: dict = {}
+        exec(compile(_READ_KEYS, "<the course's answer keys>", "exec"), space)
+        return json.loads(json.dumps(space["read_keys"]()))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "keys.json"
         # The mode is the machine's: the keys run no kernel, and a GPU machine's Triton may
         # be one whose interpreter CPU mode refuses.
         path = os.pathsep.join([str(repo), *filter(None, [os.environ.get("PYTHONPATH")])])
         env = dict(os.environ, PYTHONPATH=path, MPLBACKEND="Agg")
-        run = subprocess.run([sys.executable, "-c", _READ_KEYS, str(out)], cwd=repo, env=env,
+        script = _READ_KEYS + 'json.dump(read_keys(), open(sys.argv[1], "w"))\n'
+        run = subprocess.run([sys.executable, "-c", script, str(out)], cwd=repo, env=env,
                              capture_output=True, text=True, timeout=600)
         if run.returncode:
             raise ReleaseError(f"could not read the answer keys of {repo}:\n{run.stderr[-3000:]}")
