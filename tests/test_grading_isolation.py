@@ -275,6 +275,8 @@ def test_exit_in_a_cell_costs_nothing_else(graded):
 
 @needs_sandbox
 def test_inside_the_sandbox(tmp_path):
+    fonts = sorted(os.listdir(sandbox.font_list()))
+    assert fonts and all(name.startswith("fontlist-") for name in fonts), fonts
     checks = f"""
 import os, pathlib, helpers
 course = pathlib.Path(helpers.__file__).parents[1]
@@ -293,6 +295,11 @@ assert not pathlib.Path({str(tmp_path / "secret.txt")!r}).exists()   # beside th
 assert os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize <= 2**30
 assert "JPY_PARENT_PID" not in os.environ and os.environ["HOME"] == "/tmp"
 open("scratch-is-writable", "w").write("yes")
+# matplotlib's font list, made by the grader, copied in: the first plot builds none
+import matplotlib
+listed = sorted(os.listdir(matplotlib.get_cachedir()))
+assert matplotlib.get_cachedir() == "/tmp/matplotlib" and listed == {fonts!r}, listed
+assert not os.access({sandbox.FONTS_AT!r}, os.W_OK)
 """
     scratch = tmp_path / "scratch"
     scratch.mkdir()

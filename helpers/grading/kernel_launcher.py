@@ -14,6 +14,9 @@ before the limits hold. Limits set here bind the kernel process and everything i
 * No core dumps: a crashing submission must not leave gigabytes behind; a fatal error
   prints its Python traceback to the kernel's log instead (``faulthandler``).
 
+In a sandbox it also copies matplotlib's font list, which the grader made once, into the
+kernel's own (empty, writable) matplotlib folder, so no kernel builds it again.
+
 The grader also watches the process's resident memory from outside (both modes) and
 kills it past the cap, the backstop for whatever the limit does not catch.
 """
@@ -42,6 +45,15 @@ def main(argv: list[str]) -> None:
         # think its parent gone, since its parent is PID 1); bwrap --die-with-parent does
         # that job instead.
         os.environ.pop("JPY_PARENT_PID", None)
+    fonts = os.environ.pop("COURSE_FONTS", None)
+    if fonts and os.path.isdir(fonts) and os.environ.get("MPLCONFIGDIR"):
+        # matplotlib's list of the machine's fonts, made by the grader: without it the
+        # kernel's first plot looks at every font on the machine again (0.3 s a kernel).
+        import shutil
+
+        os.makedirs(os.environ["MPLCONFIGDIR"], exist_ok=True)
+        for name in os.listdir(fonts):
+            shutil.copy(os.path.join(fonts, name), os.environ["MPLCONFIGDIR"])
     import faulthandler
 
     faulthandler.enable()  # a segfault prints "Fatal Python error" and a traceback to the log

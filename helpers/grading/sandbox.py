@@ -59,7 +59,9 @@ INSTALL_HINT = "install bubblewrap: sudo apt-get install bubblewrap (or your sys
 
 _lock = threading.Lock()
 _copy: Path | None = None
+_fonts: Path | None = None
 _status: str | None = None
+FONTS_AT = "/run/course-fonts"   # in the sandbox: matplotlib's font list, read-only
 
 
 def _bwrap() -> str | None:
@@ -189,6 +191,33 @@ def _remove_copy(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def font_list() -> Path | None:
+    """A folder holding matplotlib's list of this machine's fonts, made once per process.
+
+    A kernel starts with an empty home folder, where matplotlib would first look at every
+    font on the machine to build that list (a third of a second, every kernel); the
+    launcher copies this one in instead (:mod:`helpers.grading.kernel_launcher`). None if
+    matplotlib keeps its list elsewhere than it says (the kernel then builds its own)."""
+    global _fonts
+    with _lock:
+        if _fonts is None or not _fonts.is_dir():
+            try:
+                import matplotlib
+                from matplotlib import font_manager      # builds the list if there is none
+
+                name = f"fontlist-v{font_manager.FontManager.__version__}.json"
+                made = Path(matplotlib.get_cachedir()) / name
+                if not made.is_file():
+                    return None
+                folder = Path(tempfile.mkdtemp(prefix="course-fonts-"))
+                shutil.copy2(made, folder / name)
+                atexit.register(shutil.rmtree, folder, True)
+                _fonts = folder
+            except (ImportError, OSError, AttributeError):
+                return None
+        return _fonts
+
+
 def wrap(argv: list[str], *, scratch: str, sockets: str, gpu: bool) -> list[str]:
     """``argv`` run inside a new sandbox, with ``scratch`` (its working directory) and
     ``sockets`` (the folder of its connection file and sockets) writable at their own paths."""
@@ -212,6 +241,9 @@ def wrap(argv: list[str], *, scratch: str, sockets: str, gpu: bool) -> list[str]
             args += ["--ro-bind", str(d), str(d)]
     if gpu:
         args += _gpu_args()
+    fonts = font_list()
+    if fonts is not None:
+        args += ["--ro-bind", str(fonts), FONTS_AT]
     args += ["--bind", scratch, scratch, "--bind", sockets, sockets, "--chdir", scratch,
              "--"]
     return args + list(argv)

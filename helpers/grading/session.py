@@ -181,6 +181,7 @@ class Session:
             env = {k: v for k, v in os.environ.items() if k in keep or k.startswith(prefixes)}
             env.pop("TRITON_CACHE_DIR", None)
             env.update(HOME="/tmp", TMPDIR="/tmp", PYTHONNOUSERSITE="1", COURSE_SANDBOX="1",
+                       MPLCONFIGDIR="/tmp/matplotlib", COURSE_FONTS=sandbox.FONTS_AT,
                        PATH=f"{Path(sys.executable).parent}{os.pathsep}"
                             f"{env.get('PATH', '/usr/bin:/bin')}")
         else:

@@ -1,0 +1,272 @@
+"""The course's matmul on shapes nobody chose for it: drawn afresh, with a printed seed.
+
+Lesson 07's sweep names its 16 shapes, and a tuner built beside a list can end up tuned to
+the list. This experiment draws its shapes when it runs, from a seeded generator that
+knows nothing of the tuner, so a record is a sample of what users multiply:
+
+* ``llm``: a linear layer of a real model (:data:`MODELS`: hidden sizes 1,024-16,384,
+  MLP widths, grouped-query K/V projections, vocabulary projections 32k-256k) times a
+  token count from 1 to 16,384. ``y = x @ W.T``: M tokens, K the layer's input, N its
+  output.
+* ``square``: n x n x n for n in 512-8,192, half of them off multiples of 128.
+* ``random``: three sizes drawn log-uniformly in 64-12,288, any integer: off the tile grid.
+* ``tail``: shapes whose count of 128 x 128 output tiles lands a few tiles past a whole
+  number of waves of the GPU's SMs, where a data-parallel kernel runs a last wave that is
+  almost empty (wave quantisation).
+
+Each row is timed three ways, medians of :func:`helpers.bench.time_rounds` (cold L2, in
+turn, one process): ``torch.matmul`` (cuBLAS), :func:`helpers.kernels.matmul.matmul` (the
+course's tuned path) and, where K or N is no multiple of 8 (rows of A or B then start off
+16-byte boundaries and cuBLAS takes slow, unvectorised paths), cuBLAS on operands padded
+once to multiples of 8, as a careful user would. A row is judged against the faster of the
+two cuBLAS runs, so no ratio credits cuBLAS's misalignment penalty. A row is *aligned*
+when all of M, N and K are multiples of 8; the record reports aligned and unaligned rows
+apart. The ``nn.Linear`` layout, ``x @ W.T`` with ``W`` stored (out, in), is timed
+against ``F.linear`` the same way. Two back-to-back loops
+(:data:`LOOP_SHAPES`, no L2 flush, as a training step calls them) time the host path.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .. import bench
+from . import experiment
+
+# (name, hidden, MLP width, K/V width of grouped-query attention, vocabulary), from each
+# model's published configuration.
+MODELS = [
+    ("GPT-2 medium", 1024, 4096, 1024, 50257),
+    ("Llama-3.2-1B", 2048, 8192, 512, 128256),
+    ("Phi-3-mini", 3072, 8192, 3072, 32064),
+    ("Qwen2.5-7B", 3584, 18944, 512, 152064),
+    ("Gemma-2-9B", 3584, 14336, 2048, 256000),
+    ("Llama-3-8B", 4096, 14336, 1024, 128256),
+    ("Mistral-7B", 4096, 14336, 1024, 32000),
+    ("Llama-3-70B", 8192, 28672, 1024, 128256),
+    ("Llama-3.1-405B", 16384, 53248, 1024, 128256),
+]
+FAMILIES = ("llm", "square", "random", "tail")
+COUNT = 48                      # shapes a record draws: 12 of each family
+MAX_TOKENS = 16384
+TILE = 128                      # the output tile the tail shapes are drawn against
+# A row's work and output stay within what one H100 times in seconds: 4 TFLOP and 2^30
+# output elements (2 GiB in bf16); a drawn shape past either draws its token count again.
+MAX_FLOPS = 4e12
+MAX_OUTPUT = 2**30
+ALIGN = 8                       # elements: 16 bytes of fp16/bf16, what cuBLAS vectorises
+LOOP_SHAPES = [(1000, 1000, 1000), (4096, 4096, 1024)]
+LOOP_CALLS = 500
+ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Shape:
+    family: str
+    label: str
+    M: int
+    N: int
+    K: int
+    dtype: str                  # "fp16" or "bf16"
+
+    @property
+    def aligned(self) -> bool:
+        """Every dimension a multiple of :data:`ALIGN` (cuBLAS's fast, vectorised paths)."""
+        return all(d % ALIGN == 0 for d in (self.M, self.N, self.K))
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.M * self.N * self.K
+
+
+def _tokens(rng: random.Random) -> int:
+    """1 to 16,384 tokens, log-uniform: half powers of two, half any integer."""
+    if rng.random() < 0.5:
+        return 2 ** rng.randint(0, 14)
+    return max(1, round(math.exp(rng.uniform(0, math.log(MAX_TOKENS)))))
+
+
+def _fits(M: int, N: int, K: int) -> bool:
+    return 2.0 * M * N * K <= MAX_FLOPS and M * N <= MAX_OUTPUT
+
+
+def _llm(rng: random.Random) -> tuple[str, int, int, int]:
+    name, hidden, mlp, kv, vocab = rng.choice(MODELS)
+    layer, k, n = rng.choice([("q/o projection", hidden, hidden), ("k/v projection", hidden, kv),
+                              ("MLP up", hidden, mlp), ("MLP down", mlp, hidden),
+                              ("vocabulary", hidden, vocab)])
+    while True:
+        m = _tokens(rng)
+        if _fits(m, n, k):
+            return f"{name} {layer}, {m} tokens", m, n, k
+
+
+def _square(rng: random.Random) -> tuple[str, int, int, int]:
+    n = rng.randint(4, 64) * TILE                 # 512 to 8,192
+    if rng.random() < 0.5:
+        n -= rng.randint(1, TILE - 1)             # off the multiples of 128
+    return f"square {n}", n, n, n
+
+
+def _random(rng: random.Random) -> tuple[str, int, int, int]:
+    while True:
+        m, n, k = (round(math.exp(rng.uniform(math.log(64), math.log(12288)))) for _ in range(3))
+        if _fits(m, n, k):
+            return f"random {m}x{n}x{k}", m, n, k
+
+
+def _tail(rng: random.Random, sms: int) -> tuple[str, int, int, int]:
+    """Output tiles 1 to sms/8 past a whole number (1-3) of waves of ``sms`` programs."""
+    while True:
+        waves = rng.randint(1, 3)
+        tiles_m = rng.randint(4, 48)
+        tiles_n = -(-(waves * sms + rng.randint(1, max(1, sms // 8))) // tiles_m)
+        past = tiles_m * tiles_n - waves * sms
+        if not 1 <= past <= max(1, sms // 8):
+            continue
+        # Still tiles_m x tiles_n tiles; most on multiples of 8, one in four anywhere.
+        step = 1 if rng.random() < 0.25 else ALIGN
+        m = tiles_m * TILE - step * rng.randint(0, TILE // step - 1)
+        n = tiles_n * TILE - step * rng.randint(0, TILE // step - 1)
+        k = rng.randint(8, 64) * TILE
+        if _fits(m, n, k):
+            return f"tail: {waves} waves + {past} tiles", m, n, k
+
+
+def draw(seed: int, sms: int, count: int = COUNT) -> list[Shape]:
+    """``count`` shapes, the families in turn, each dtype for half of each family; the same
+    ``seed`` and SM count give the same shapes."""
+    if count < len(FAMILIES) or sms < 1:
+        raise ValueError(f"draw at least {len(FAMILIES)} shapes for at least one SM, "
+                         f"got count={count}, sms={sms}")
+    rng = random.Random(seed)
+    makers = {"llm": _llm, "square": _square, "random": _random,
+              "tail": lambda r: _tail(r, sms)}
+    out = []
+    for i in range(count):
+        family = FAMILIES[i % len(FAMILIES)]
+        label, m, n, k = makers[family](rng)
+        dtype = ("fp16", "bf16")[(i // len(FAMILIES)) % 2]
+        out.append(Shape(family, label, m, n, k, dtype))
+    return out
+
+
+def padded(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """``x`` copied into the top-left of a zero matrix of ``rows`` x ``cols``."""
+    out = x.new_zeros(rows, cols)
+    out[:x.shape[0], :x.shape[1]] = x
+    return out
+
+
+def up(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def padded_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (M x K) and B (K x N) with K and N padded to multiples of 8 (zeros add nothing);
+    ``(a_p @ b_p)[:, :N]`` is ``a @ b``. Done once, outside the timing: weights are padded
+    when they are loaded, not at every call."""
+    M, K = a.shape
+    N = b.shape[1]
+    return padded(a, M, up(K)), padded(b, up(K), up(N))
+
+
+def summary(rows: list[dict], key: str = "vs_cublas") -> dict:
+    """Geometric means and worst of ``key`` over all rows, the aligned and the unaligned."""
+    def part(rs):
+        ratios = [r[key] for r in rs]
+        if not ratios:
+            return {"rows": 0}
+        worst = min(rs, key=lambda r: r[key])
+        return {"rows": len(ratios), "geomean": bench.geomean(ratios), "worst": worst[key],
+                "worst_label": f"{worst['label']} ({worst['dtype']})",
+                "below_0.85": sum(x < 0.85 for x in ratios)}
+    return {"all": part(rows), "aligned": part([r for r in rows if r["aligned"]]),
+            "unaligned": part([r for r in rows if not r["aligned"]])}
+
+
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _time_row(shape: Shape, ours, seed: int) -> dict:
+    M, N, K = shape.M, shape.N, shape.K
+    dtype = _DTYPES[shape.dtype]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, device="cuda", dtype=dtype, generator=g)
+    w = torch.randn(N, K, device="cuda", dtype=dtype, generator=g)   # nn.Linear's (out, in)
+    b = w.t().contiguous()                                            # the row-major K x N
+    want = a.float() @ b.float()
+    scale = want.abs().max().clamp_min(1e-30)
+    row = {**asdict(shape), "aligned": shape.aligned}
+    start = time.perf_counter()
+    c = ours(a, b)
+    torch.cuda.synchronize()
+    row["first_call_s"] = time.perf_counter() - start
+    row["error"] = ((c.float() - want).abs().max() / scale).item()
+    row["linear_error"] = ((ours(a, w.t()).float() - want).abs().max() / scale).item()
+    fns = {"cublas": lambda: torch.matmul(a, b), "ours": lambda: ours(a, b),
+           "f_linear": lambda: F.linear(a, w), "ours_linear": lambda: ours(a, w.t())}
+    if K % ALIGN or N % ALIGN:          # rows of A or B off 16 bytes: pad them once
+        a_p, b_p = padded_operands(a, b)
+        w_p = b_p.t().contiguous()
+        fns["cublas_padded"] = lambda: torch.matmul(a_p, b_p)
+        fns["f_linear_padded"] = lambda: F.linear(a_p, w_p)
+    turns = bench.time_rounds(fns, rounds=ROUNDS)
+    for name, spread in turns.items():
+        row[f"{name}_ms"] = spread["ms"]
+    best = min(row["cublas_ms"], row.get("cublas_padded_ms", math.inf))
+    best_linear = min(row["f_linear_ms"], row.get("f_linear_padded_ms", math.inf))
+    row["vs_cublas"] = best / row["ours_ms"]
+    row["vs_cublas_as_given"] = row["cublas_ms"] / row["ours_ms"]
+    row["linear_vs_f_linear"] = best_linear / row["ours_linear_ms"]
+    row["ours_tflops"] = bench.tflops(shape.flops, row["ours_ms"])
+    row["cublas_tflops"] = bench.tflops(shape.flops, best)
+    return row
+
+
+def back_to_back(ours, calls: int = LOOP_CALLS) -> list[dict]:
+    """Microseconds a call over ``calls`` calls in a row, bf16, no L2 flush between them."""
+    out = []
+    for M, N, K in LOOP_SHAPES:
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        row = {"M": M, "N": N, "K": K, "calls": calls}
+        for name, fn in (("torch", torch.matmul), ("ours", ours)) * ROUNDS:
+            for _ in range(3):
+                fn(a, b)
+            torch.cuda.synchronize()
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn(a, b)
+            stop.record()
+            stop.synchronize()
+            row.setdefault(f"{name}_runs_us", []).append(start.elapsed_time(stop) * 1e3 / calls)
+        for name in ("torch", "ours"):
+            row[f"{name}_us"] = sorted(row[f"{name}_runs_us"])[ROUNDS // 2]
+        row["ours_vs_torch"] = row["torch_us"] / row["ours_us"]      # calls per second
+        out.append(row)
+    return out
+
+
+@experiment("matmul_shapes")
+def matmul_shapes(seed: int | None = None, count: int = COUNT) -> dict:
+    """Draw ``count`` shapes (a fresh seed unless given, kept in the record), time each."""
+    from ..kernels.matmul import matmul
+
+    seed = random.SystemRandom().randrange(2**31) if seed is None else int(seed)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = draw(seed, sms, count)
+    rows = [_time_row(s, matmul, seed + i) for i, s in enumerate(shapes)]
+    return {"seed": seed, "sms": sms, "rows": rows,
+            "summary": summary(rows), "linear_summary": summary(rows, "linear_vs_f_linear"),
+            "back_to_back": back_to_back(matmul),
+            "note": "vs_cublas: the faster of cuBLAS as given and on operands padded to "
+                    "multiples of 8 (rows off 8 only), over ours; cold L2, medians of "
+                    f"{ROUNDS} rounds in turn; back_to_back: no flush, CUDA events"}

@@ -1,0 +1,111 @@
+"""The drawn matmul sweep (helpers/experiments/matmul_shapes.py): the generator is seeded
+and covers what it promises, the padded cuBLAS baseline computes the same product, the
+summary keeps aligned and unaligned rows apart. A tiny draw runs compiled on a GPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from helpers.experiments import matmul_shapes as ms
+
+SEEDS = range(12)
+SM_COUNTS = (132, 114, 78)        # H100 SXM, H100 PCIe, a smaller part
+
+
+def test_the_same_seed_draws_the_same_shapes_and_another_seed_others():
+    assert ms.draw(5, 132) == ms.draw(5, 132)
+    assert ms.draw(5, 132) != ms.draw(6, 132)
+
+
+def test_every_family_and_dtype_in_equal_shares():
+    shapes = ms.draw(0, 132)
+    assert len(shapes) == ms.COUNT >= 40
+    for family in ms.FAMILIES:
+        mine = [s for s in shapes if s.family == family]
+        assert len(mine) == ms.COUNT // len(ms.FAMILIES)
+        assert {s.dtype for s in mine} == {"fp16", "bf16"}
+    assert sum(s.dtype == "fp16" for s in shapes) == ms.COUNT // 2
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_shapes_stay_within_their_families_bounds(seed):
+    for s in ms.draw(seed, 132):
+        assert min(s.M, s.N, s.K) >= 1
+        assert s.flops <= ms.MAX_FLOPS and s.M * s.N <= ms.MAX_OUTPUT, s
+        if s.family == "llm":
+            assert 1 <= s.M <= ms.MAX_TOKENS
+            widths = {w for m in ms.MODELS for w in m[1:]}
+            assert s.K in widths and s.N in widths, s
+        elif s.family == "square":
+            assert s.M == s.N == s.K and 512 - ms.TILE < s.M <= 8192
+        elif s.family == "random":
+            assert all(64 <= d <= 12288 for d in (s.M, s.N, s.K))
+
+
+@pytest.mark.parametrize("sms", SM_COUNTS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tail_shapes_land_just_past_a_whole_wave(seed, sms):
+    for s in ms.draw(seed, sms):
+        if s.family != "tail":
+            continue
+        tiles = math.ceil(s.M / ms.TILE) * math.ceil(s.N / ms.TILE)
+        waves, past = divmod(tiles, sms)
+        assert 1 <= waves <= 3 and 1 <= past <= max(1, sms // 8), (s, tiles)
+
+
+def test_draws_hold_aligned_and_unaligned_rows_and_squares_off_the_tile_grid():
+    shapes = [s for seed in SEEDS for s in ms.draw(seed, 132)]
+    assert any(s.aligned for s in shapes) and any(not s.aligned for s in shapes)
+    squares = [s.M for s in shapes if s.family == "square"]
+    assert any(n % ms.TILE for n in squares) and any(n % ms.TILE == 0 for n in squares)
+    tokens = {s.M for s in shapes if s.family == "llm"}
+    assert 1 in tokens or min(tokens) < 8
+    assert any(t & (t - 1) for t in tokens), "token counts that are not powers of two"
+
+
+def test_a_shape_is_aligned_when_every_dimension_is_a_multiple_of_8():
+    assert ms.Shape("x", "x", 64, 128, 4096, "fp16").aligned
+    assert not ms.Shape("x", "x", 1, 128, 4096, "fp16").aligned
+    assert not ms.Shape("x", "x", 64, 128, 1999, "fp16").aligned
+
+
+def test_draw_refuses_what_it_cannot_draw():
+    with pytest.raises(ValueError, match="at least"):
+        ms.draw(0, 132, count=2)
+    with pytest.raises(ValueError, match="SM"):
+        ms.draw(0, 0)
+
+
+@pytest.mark.parametrize("M,N,K", [(5, 7, 9), (16, 24, 32), (3, 1, 13)])
+def test_padded_operands_give_the_same_product(M, N, K):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+    a_p, b_p = ms.padded_operands(a, b)
+    assert a_p.shape == (M, ms.up(K)) and b_p.shape == (ms.up(K), ms.up(N))
+    assert a_p.shape[1] % ms.ALIGN == 0 and b_p.shape[1] % ms.ALIGN == 0
+    torch.testing.assert_close((a_p @ b_p)[:, :N], a @ b)
+
+
+def test_summary_keeps_aligned_and_unaligned_apart():
+    rows = [{"label": "a", "dtype": "fp16", "aligned": True, "vs_cublas": 1.0},
+            {"label": "b", "dtype": "bf16", "aligned": True, "vs_cublas": 0.81},
+            {"label": "c", "dtype": "fp16", "aligned": False, "vs_cublas": 1.2}]
+    out = ms.summary(rows)
+    assert out["all"]["rows"] == 3 and out["aligned"]["rows"] == 2
+    assert out["aligned"]["geomean"] == pytest.approx(math.sqrt(0.81))
+    assert out["aligned"]["worst"] == 0.81 and out["aligned"]["worst_label"] == "b (bf16)"
+    assert out["aligned"]["below_0.85"] == 1 and out["unaligned"]["below_0.85"] == 0
+    assert ms.summary([])["aligned"] == {"rows": 0}
+
+
+@pytest.mark.gpu
+def test_a_small_draw_runs_and_checks_its_outputs():
+    out = ms.matmul_shapes(seed=3, count=4)
+    assert out["seed"] == 3 and len(out["rows"]) == 4
+    for row in out["rows"]:
+        assert row["error"] < 2e-2 and row["linear_error"] < 2e-2, row
+        assert row["ours_ms"] > 0 and row["vs_cublas"] > 0
+    assert {r["M"] for r in out["back_to_back"]} == {m for m, _, _ in ms.LOOP_SHAPES}
