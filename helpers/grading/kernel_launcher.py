@@ -59,7 +59,8 @@ def main(argv: list[str]) -> None:
     faulthandler.enable()  # a segfault prints "Fatal Python error" and a traceback to the log
     from ipykernel.kernelapp import launch_new_instance
 
-    sys.argv = [sys.argv[0], *argv]
+    # No input history: nobody reads it back, and the kernel skips making its database.
+    sys.argv = [sys.argv[0], *argv, "--HistoryManager.enabled=False"]
     launch_new_instance()
 
 
