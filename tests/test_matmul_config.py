@@ -101,6 +101,11 @@ def test_record_dicts_both_ways():
         TileConfig.from_dict({"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4})
     with pytest.raises(TypeError, match="write TileConfig"):
         TileConfig.of((128, 256, 64, 8, 3, 8))    # which was warps, which stages?
+    # A bad value is named by the key the dict holds, as the learner wrote it.
+    with pytest.raises(ValueError, match=r"^BLOCK_M = 96: a block must be a power of two"):
+        TileConfig.from_dict({**dict(BIG), "BLOCK_M": 96})
+    with pytest.raises(ValueError, match=r"^block_n = 24: a block"):
+        TileConfig.from_dict({**lower, "block_n": 24})
 
 
 def test_the_committed_records_read_as_settings_and_back():

@@ -189,7 +189,8 @@ def test_what_fits_and_what_is_pruned():
     a = torch.empty(16, 4096, dtype=torch.float32, device="meta")
     kept = mt.prune(mt.triton_configs(), {"M": 16, "N": 4096, "K": 4096, "a_ptr": a})
     want = [c for c in mt.CONFIG_SPACE if mt.verdict(c, 16, 4096, 4096, torch.float32)[0]]
-    assert [TileConfig.from_triton(c) for c in kept] == want and 0 < len(want) < 20
+    assert [TileConfig.from_triton(c) for c in kept] == want
+    assert 0 < len(want) < len(mt.CONFIG_SPACE), "it keeps some settings and drops others"
 
 
 def test_shapes_share_a_tuning_by_power_of_two_buckets():

@@ -60,6 +60,7 @@ INSTALL_HINT = "install bubblewrap: sudo apt-get install bubblewrap (or your sys
 _lock = threading.Lock()
 _copy: Path | None = None
 _fonts: Path | None = None
+_fonts_tried = False
 _status: str | None = None
 FONTS_AT = "/run/course-fonts"   # in the sandbox: matplotlib's font list, read-only
 
@@ -191,6 +192,14 @@ def _remove_copy(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+_FONT_LIST = """
+import os, matplotlib
+from matplotlib import font_manager     # makes the list if there is none
+print(os.path.join(matplotlib.get_cachedir(),
+                   f"fontlist-v{font_manager.FontManager.__version__}.json"))
+"""
+
+
 def font_list() -> Path | None:
     """A folder holding matplotlib's list of this machine's fonts, made once per process.
 
@@ -198,24 +207,25 @@ def font_list() -> Path | None:
     font on the machine to build that list (a third of a second, every kernel); the
     launcher copies this one in instead (:mod:`helpers.grading.kernel_launcher`). None if
     matplotlib keeps its list elsewhere than it says (the kernel then builds its own)."""
-    global _fonts
+    global _fonts, _fonts_tried
     with _lock:
-        if _fonts is None or not _fonts.is_dir():
+        if _fonts is not None and _fonts.is_dir():
+            return _fonts
+        if not _fonts_tried:
+            _fonts_tried = True
             try:
-                import matplotlib
-                from matplotlib import font_manager      # builds the list if there is none
-
-                name = f"fontlist-v{font_manager.FontManager.__version__}.json"
-                made = Path(matplotlib.get_cachedir()) / name
-                if not made.is_file():
-                    return None
-                folder = Path(tempfile.mkdtemp(prefix="course-fonts-"))
-                shutil.copy2(made, folder / name)
-                atexit.register(shutil.rmtree, folder, True)
-                _fonts = folder
-            except (ImportError, OSError, AttributeError):
-                return None
-        return _fonts
+                # Asked in a child process: the grader itself imports nothing that draws.
+                made = Path(subprocess.run(
+                    [sys.executable, "-c", _FONT_LIST], capture_output=True, text=True,
+                    timeout=120, check=True).stdout.strip())
+                if made.is_file():
+                    folder = Path(tempfile.mkdtemp(prefix="course-fonts-"))
+                    shutil.copy2(made, folder / made.name)
+                    atexit.register(shutil.rmtree, folder, True)
+                    _fonts = folder
+            except (OSError, subprocess.SubprocessError):
+                pass
+        return _fonts if _fonts is not None and _fonts.is_dir() else None
 
 
 def wrap(argv: list[str], *, scratch: str, sockets: str, gpu: bool) -> list[str]:

@@ -172,7 +172,15 @@ class TileConfig(Mapping):
         if missing:
             raise ValueError(f"config lacks {', '.join(missing)}: a tile setting needs "
                              f"{', '.join(REQUIRED)} (GROUP_M is 8 and SPLIT_K 1 unless given)")
-        return cls(**fields, options=options)
+        try:
+            return cls(**fields, options=options)
+        except ValueError as err:        # name the key as the dict spells it: BLOCK_M
+            message = str(err)
+            for key in config:
+                field = FIELDS.get(key, key)
+                if isinstance(key, str) and message.startswith(f"{field} = "):
+                    raise ValueError(key + message[len(field):]) from None
+            raise
 
     @classmethod
     def from_triton(cls, config: triton.Config) -> TileConfig:
