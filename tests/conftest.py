@@ -5,7 +5,7 @@ A test that needs compiled kernels or real timings carries ``@pytest.mark.gpu`` 
 in pyproject.toml) and nothing else: in CPU mode it is reported as skipped, on the GPU
 machine it runs. Shared assertions live in ``tests/support.py``.
 
-``./course test`` runs the suite on one pytest-xdist worker per core with ``--dist
+``./course test`` runs the suite on a pytest-xdist worker per core and one more, with ``--dist
 loadscope``: a notebook's cells, a module's tests or a class's tests go to one worker, in
 order, as one unit. Workers take units from one queue as they finish the last one, so a long
 unit taken last keeps one worker busy while the others idle. The queue therefore starts with
