@@ -65,8 +65,9 @@ def fake_python(path: Path, version: str, prefix: str, log: Path,
                 offline: bool = False) -> Path:
     """A script that answers ./course's questions like Python `version` at `prefix`.
 
-    It prints the identity ./course asks for, says yes to "can you make a venv", makes a
-    venv of itself for `-m venv [--clear] DIR`, and logs every other call (pip) to `log`.
+    It prints the identity ./course asks for, says yes to "can you make a venv", names
+    `prefix`/site-packages as its packages' folder, makes a venv of itself for `-m venv
+    [--clear] DIR`, and logs every other call (pip, compileall) to `log`.
     Asked whether PyTorch's CPU index answers, it says yes, or, if `offline`, that the name
     does not resolve (as on a machine without a network).
     """
@@ -79,6 +80,7 @@ if [ "$1" = -c ]; then
     *ensurepip*) exit 0 ;;
     *urllib*) echo "{version} -c <is the index there?> $3" >> "{log}"
               {answer} ;;
+    *sysconfig*) echo "{prefix}/site-packages"; exit 0 ;;
   esac
 fi
 echo "{version} $*" >> "{log}"

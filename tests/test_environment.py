@@ -163,7 +163,9 @@ def test_python_rebuilds_the_environment_with_that_interpreter(tmp_path):
     assert r.returncode == 0, r.stderr
     calls = log.read_text().splitlines()
     assert calls[0] == f"3.12.4 -m venv --clear {venv}", calls      # made anew, with 3.12
-    assert calls[-1] == f"3.12.4 -m pip install -e {root}", calls   # by the new venv's pip
+    # by the new venv's pip, then its packages compiled to bytecode on every core
+    assert calls[-2:] == [f"3.12.4 -m pip install --no-compile -e {root}",
+                          "3.12.4 -m compileall -q -j 0 /opt/py312/site-packages"], calls
     assert not (venv / "made-with-3.11").exists()
     assert (venv / ".course-stamp").read_text().split() == [pyproject_hash(root), "3.12.4"]
     assert (venv / ".course-python").read_text().strip() == "3.12.4 /opt/py312"
@@ -246,8 +248,9 @@ def _first_setup(tmp_path, offline=False, **env):
 def test_the_cpu_build_is_installed_first_from_pytorchs_cpu_index(tmp_path):
     pin = re.search(r'"torch==([^";]+)"', (ROOT / "pyproject.toml").read_text())[1]
     out, calls, root = _first_setup(tmp_path, COURSE_TORCH="cpu")
-    torch = f"-m pip install --extra-index-url {CPU_INDEX} torch=={pin}"
-    assert calls[-2:] == [torch, f"-m pip install -e {root}"], calls
+    torch = f"-m pip install --no-compile --extra-index-url {CPU_INDEX} torch=={pin}"
+    assert calls[-3:-1] == [torch, f"-m pip install --no-compile -e {root}"], calls
+    assert calls[-1].startswith("-m compileall -q -j 0 "), calls
     assert f"-c <is the index there?> {CPU_INDEX}/torch/" in calls   # asked before, once
     assert "[3/4] installing torch" in out and "[4/4] installing triton, JupyterLab" in out
     # The next run finds it done.
@@ -261,6 +264,6 @@ def test_an_unreachable_cpu_index_costs_nothing(tmp_path):
     pip never waits on PyTorch's index (it would retry it for each of torch's dependencies)."""
     out, calls, root = _first_setup(tmp_path, offline=True, COURSE_TORCH="cpu")
     assert not any("--extra-index-url" in c for c in calls), calls
-    assert calls[-1] == f"-m pip install -e {root}", calls
+    assert calls[-2] == f"-m pip install --no-compile -e {root}", calls
     assert f"{CPU_INDEX} cannot be reached ([Errno -2] Name or service not known)" in out
     assert "[4/4] installing torch, triton, JupyterLab" in out
