@@ -136,7 +136,7 @@ def _tail(rng: random.Random, sms: int) -> tuple[str, int, int, int]:
         n = tiles_n * TILE - step * rng.randint(0, TILE // step - 1)
         k = rng.randint(8, 64) * TILE
         if _fits(m, n, k):
-            return f"tail: {waves} waves + {past} tiles", m, n, k
+            return f"tail: {waves} wave{'s' * (waves > 1)} + {past} tiles", m, n, k
 
 
 def draw(seed: int, sms: int, count: int = COUNT) -> list[Shape]:
