@@ -15,3 +15,5 @@
 * :mod:`.similarity`: kernels copied from the course, flagged for the instructor.
 * :mod:`.build`: ``./course build-assignments``; :mod:`.release`: ``./course release DIR``.
 """
+
+from .. import fast_start  # noqa: F401 - before nbformat: skips a grammar nobody uses
