@@ -53,6 +53,53 @@ def test_every_setting_gives_the_product_past_every_edge(name, shape):
     assert_product(run(a2, b2), a2, b2, f"{name} on {shape}, launched again on new inputs")
 
 
+def laid_out(x: torch.Tensor, major: str) -> torch.Tensor:
+    """``x`` with the same values, stored row-major or column-major (a transposed view)."""
+    return x if major == "row" else x.t().contiguous().t()
+
+
+LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
+
+
+@pytest.mark.parametrize("majors", LAYOUTS, ids=lambda m: f"A-{m[0]}-B-{m[1]}")
+@pytest.mark.parametrize("config", ["cpu default", "split epilogue, flattened"])
+@pytest.mark.parametrize("shape", [(72, 72, 104), (40, 136, 48)],   # M, K: 16-byte rows
+                         ids=lambda s: "x".join(map(str, s)))
+def test_every_layout_runs_through_descriptors_of_what_is_stored(majors, config, shape):
+    """A transposed view (nn.Linear's ``x @ W.T`` is B = W.T) runs without a copy: its
+    descriptor describes the row-major matrix underneath, read box by box the other way."""
+    a, b = operands(*shape)
+    a, b = laid_out(a, majors[0]), laid_out(b, majors[1])
+    assert (mp.transposed(a), mp.transposed(b)) == (majors[0] == "col", majors[1] == "col")
+    assert mp.usable(a, b)[0], mp.usable(a, b)[1]
+    c, run, _, _ = mp.launch(a, b, CONFIGS[config])
+    assert_product(c, a, b, f"{majors} {config} {shape}")
+    a2, b2 = operands(*shape, seed=1)
+    a2, b2 = laid_out(a2, majors[0]), laid_out(b2, majors[1])
+    assert_product(run(a2, b2), a2, b2, f"{majors} {config} {shape}, launched again")
+
+
+def test_a_transposed_b_is_described_by_the_matrix_underneath():
+    a, b = operands(64, 48, 32)
+    w = b.t().contiguous()                     # nn.Linear's weight: (out, in)
+    config = TileConfig(32, 16, 64, num_warps=4, num_stages=1, options=mp.NEITHER)
+    da, db, dc = mp.descriptors(a, w.t(), torch.empty(64, 48, dtype=a.dtype), config)
+    assert db.base.data_ptr() == w.data_ptr() and list(db.shape) == [48, 32]
+    assert list(db.block_shape) == [16, 64], "B's box as stored: BLOCK_N rows of BLOCK_K"
+    assert list(da.block_shape) == [32, 64] and list(dc.block_shape) == [32, 16]
+    assert mp.stored(a) is a and not mp.transposed(a[:, ::2]) and mp.stored(a[:, ::2]).stride(1) == 2
+
+
+def test_a_transposed_b_with_misaligned_rows_is_padded_as_the_matrix_underneath():
+    a, _ = operands(40, 24, 60)                # 60 fp16 = 120 bytes: W's rows misaligned
+    a = laid_out(a, "col")                     # (A's stored rows: 40 fp16, aligned)
+    w = torch.randn(24, 60).to(DEVICE, torch.float16)
+    assert "B's columns (it is a transposed view)" in mp.usable(a, w.t())[1]
+    padded = mp.padded_to_lines(w.t())
+    assert mp.transposed(padded) and torch.equal(padded, w.t())
+    assert padded.stride(1) * padded.element_size() % 128 == 0
+
+
 def test_a_strided_b_with_padded_rows_reads_only_its_columns():
     a, b = operands(70, 40, 56)
     wide = mp.padded_to_lines(b)
@@ -70,7 +117,9 @@ def test_what_the_tma_can_and_cannot_take():
     a60, b60 = operands(64, 60, 64)
     assert "B's rows" in mp.usable(a60, b60)[1], "60 fp16 = 120 bytes"
     assert "C's rows" in mp.usable(a60, mp.padded_to_lines(b60))[1], "B padded, C still 120"
-    assert "B's rows" in mp.usable(a, b.t().contiguous().t())[1], "column-major B"
+    assert mp.usable(a, b.t().contiguous().t())[0], "column-major B: nn.Linear's W.T"
+    every_other = torch.empty(64, 128, dtype=b.dtype, device=b.device)[:, ::2]
+    assert "B's rows" in mp.usable(a, every_other)[1], "strided both ways: neither layout"
 
 
 def test_b_is_padded_only_when_misaligned_and_read_many_times():

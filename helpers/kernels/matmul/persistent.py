@@ -93,11 +93,16 @@ def matmul_kernel_persistent(a_desc, b_desc, c_desc, M, N, K, stride_bk,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                              NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr,
-                             SPLIT_EPILOGUE: tl.constexpr):
+                             SPLIT_EPILOGUE: tl.constexpr, A_T: tl.constexpr = False,
+                             B_T: tl.constexpr = False):
     # One descriptor per matrix, built on the host (:func:`descriptors`): the TMA unit
     # reads boxes of BLOCK_M x BLOCK_K of A and BLOCK_K x BLOCK_N of B, zero-filling past
     # M, N and K. `stride_bk` and DTYPE are not used here: they are part of the tuner's
     # key (B's row length; the dtype, which a descriptor does not show the tuner).
+    # A_T / B_T: the operand is a transposed view (column-major) and its descriptor
+    # describes the row-major matrix underneath: X (K x M) for A = X.T, W (N x K) for
+    # B = W.T, nn.Linear's `x @ W.T`. A box is read as stored and used transposed: the
+    # tensor cores read either order from shared memory, so no copy and no shuffle.
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     # This program's tiles: its id, then every NUM_SMS-th one (one program per SM).
@@ -106,7 +111,15 @@ def matmul_kernel_persistent(a_desc, b_desc, c_desc, M, N, K, stride_bk,
         row, col = pid_m * BLOCK_M, pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
-            acc = tl.dot(a_desc.load([row, k]), b_desc.load([k, col]), acc)
+            if A_T:
+                a = a_desc.load([k, row]).T
+            else:
+                a = a_desc.load([row, k])
+            if B_T:
+                b = b_desc.load([col, k]).T
+            else:
+                b = b_desc.load([k, col])
+            acc = tl.dot(a, b, acc)
         out = acc.to(c_desc.dtype)
         if SPLIT_EPILOGUE:   # two BLOCK_M x BLOCK_N/2 halves: a smaller staging buffer
             left, right = tl.split(tl.permute(tl.reshape(out, (BLOCK_M, 2, BLOCK_N // 2)),
@@ -117,18 +130,34 @@ def matmul_kernel_persistent(a_desc, b_desc, c_desc, M, N, K, stride_bk,
             c_desc.store([row, col], out)   # rows and columns past M and N are dropped
 
 
-def _boxes(bm: int, bn: int, bk: int, split_epilogue: bool) -> tuple[list, list, list]:
-    return [bm, bk], [bk, bn], [bm, bn // 2 if split_epilogue else bn]
+def _boxes(bm: int, bn: int, bk: int, split_epilogue: bool, a_t: bool = False,
+           b_t: bool = False) -> tuple[list, list, list]:
+    return ([bk, bm] if a_t else [bm, bk]), ([bn, bk] if b_t else [bk, bn]), \
+        [bm, bn // 2 if split_epilogue else bn]
 
 
-def boxes(config: TileConfig) -> tuple[list, list, list]:
-    """The box shapes of A, B and C that a setting reads and writes."""
+def transposed(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a transposed view: column-major, its columns the stride-1 axis.
+    (A matrix strided both ways is neither: only the pointer kernel takes it.)"""
+    return t.stride(1) != 1 and t.stride(0) == 1
+
+
+def stored(t: torch.Tensor) -> torch.Tensor:
+    """The row-major matrix a descriptor describes: ``t`` itself, or ``t.T`` for a
+    transposed view (nn.Linear's weight, for ``x @ W.T``)."""
+    return t.t() if transposed(t) else t
+
+
+def boxes(config: TileConfig, a_t: bool = False, b_t: bool = False) -> tuple[list, list, list]:
+    """The box shapes of A, B and C that a setting reads and writes, as stored: a
+    transposed operand's box is read the other way round."""
     return _boxes(config.block_m, config.block_n, config.block_k,
-                  config.option("SPLIT_EPILOGUE"))
+                  config.option("SPLIT_EPILOGUE"), a_t, b_t)
 
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: TileConfig) -> tuple:
-    """Host-side TMA descriptors of A, B and C for ``config``'s boxes.
+    """Host-side TMA descriptors of A, B and C for ``config``'s boxes; of the row-major
+    matrix underneath where an operand is a transposed view (:func:`stored`).
 
     A descriptor is 128 bytes (base address, shape, strides, box, swizzle) that the
     launcher encodes on the host and passes as a kernel argument. Built on the GPU instead
@@ -139,16 +168,16 @@ def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: TileC
     and encoding three descriptors took about 17 us a call on that machine (bf16), so
     :func:`launch`'s ``run`` keeps their encodings between calls (:mod:`matmul_tma_launch`).
     """
-    box_a, box_b, box_c = boxes(config)
-    return (TensorDescriptor(a, list(a.shape), [a.stride(0), 1], box_a),
-            TensorDescriptor(b, list(b.shape), [b.stride(0), 1], box_b),
-            TensorDescriptor(c, list(c.shape), [c.stride(0), 1], box_c))
+    box_a, box_b, box_c = boxes(config, transposed(a), transposed(b))
+    return tuple(TensorDescriptor(x, list(x.shape), [x.stride(0), 1], box)
+                 for x, box in ((stored(a), box_a), (stored(b), box_b), (c, box_c)))
 
 
 def _set_boxes(nargs: dict) -> None:
     """The tuner's ``pre_hook``: before it launches a setting, give the descriptors that
     setting's boxes (one set of descriptors serves every candidate)."""
-    shape = _boxes(nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"], nargs["SPLIT_EPILOGUE"])
+    shape = _boxes(nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"], nargs["SPLIT_EPILOGUE"],
+                   nargs["A_T"], nargs["B_T"])
     for name, box in zip(("a_desc", "b_desc", "c_desc"), shape):
         nargs[name].block_shape = box
 
@@ -171,9 +200,11 @@ def fits(config: TileConfig, gpu, dtype=torch.float16) -> tuple[bool, str]:
 
 
 def _tma_rows(t: torch.Tensor) -> bool:
-    """Row-major with every row starting on a 16-byte boundary: what a descriptor needs."""
-    return (t.stride(-1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0
-            and t.data_ptr() % 16 == 0)
+    """Rows (of the matrix underneath, for a transposed view) contiguous and starting on
+    16-byte boundaries: what a descriptor needs."""
+    x = stored(t)
+    return (x.stride(-1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0
+            and x.data_ptr() % 16 == 0)
 
 
 def usable(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, str]:
@@ -184,7 +215,8 @@ def usable(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, str]:
         return False, "the TMA needs compute capability 9.0 (Hopper) or newer"
     for name, t in (("A", a), ("B", b)):
         if not _tma_rows(t):
-            return False, f"{name}'s rows are not contiguous and 16-byte aligned"
+            what = "columns (it is a transposed view)" if transposed(t) else "rows"
+            return False, f"{name}'s {what} are not contiguous and 16-byte aligned"
     if (b.shape[1] * b.element_size()) % 16:
         return False, "C's rows (N elements) would not be 16-byte aligned"
     return True, "usable"
@@ -198,13 +230,24 @@ def pads_b(M: int, b: torch.Tensor) -> bool:
     reads. Pad when B's rows are misaligned and it is read ``READS_OF_B_TO_PAD`` times
     or more.
     """
-    misaligned = (b.stride(0) * b.element_size()) % CACHE_LINE != 0
+    misaligned = (stored(b).stride(0) * b.element_size()) % CACHE_LINE != 0
     return misaligned and triton.cdiv(M, ROWS_PER_READ_OF_B) >= READS_OF_B_TO_PAD
+
+
+def line_padder(b: torch.Tensor):
+    """``copy(b)``: ``b`` copied into rows that start on 128-byte boundaries (a strided
+    view) in a buffer built once. A transposed view is copied as the transpose of such a
+    copy of the matrix underneath, so it keeps the layout the kernel was built for."""
+    x = stored(b)
+    copy = packer(None, 0, x, x.shape[1], CACHE_LINE)
+    if x is b:
+        return lambda b: copy(None, b)[1]
+    return lambda b: copy(None, b.t())[1].t()
 
 
 def padded_to_lines(b: torch.Tensor) -> torch.Tensor:
     """``b`` copied into rows that start on 128-byte boundaries (a strided view)."""
-    return packer(None, 0, b, b.shape[1], CACHE_LINE)(None, b)[1]
+    return line_padder(b)(b)
 
 
 def sm_count(device) -> int:
@@ -255,7 +298,8 @@ def prune(configs, named_args, **kwargs) -> list:
 # process finds the plan's decision on disk instead (matmul_plan.Decisions).
 matmul_kernel_persistent_tuned = triton.autotune(
     configs=[c.triton_config(CONSTEXPRS, pre_hook=_set_boxes) for c in PERSISTENT_SPACE],
-    key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "stride_bk", "DTYPE"],   # as v6: B's rows too
+    # as v6: B's rows too; and each operand's layout (a transposed view is another problem)
+    key=["M_BUCKET", "N_BUCKET", "K_BUCKET", "stride_bk", "DTYPE", "A_T", "B_T"],
     prune_configs_by={"early_config_prune": prune},
 )(matmul_kernel_persistent)
 
@@ -296,10 +340,10 @@ def launch(a: torch.Tensor, b: torch.Tensor, config: TileConfig | None = None):
     config = None if config is None else setting(config)
     M, K = a.shape
     N = b.shape[1]
-    pad = pads_b(M, b)
     # The copy of B, built once for this shape and kept by `run` (matmul_pack).
-    copy = packer(None, 0, b, N, CACHE_LINE) if pad else (lambda a, b: (a, b))
-    b_run = copy(None, b)[1]
+    copy = line_padder(b) if pads_b(M, b) else (lambda b: b)
+    b_run = copy(b)
+    a_t, b_t = transposed(a), transposed(b_run)      # the Linear layout: b_t
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     sms = sm_count(a.device)
     grid = grid_for(M, N, sms)
@@ -312,26 +356,30 @@ def launch(a: torch.Tensor, b: torch.Tensor, config: TileConfig | None = None):
     else:
         kernel, first, extra = matmul_kernel_persistent, config, config.as_dict(KEYS)
     group_m = GROUP_M if config is None else config.group_m
+    layout = {"A_T": a_t, "B_T": b_t}
     compiled = kernel[grid](*descriptors(a, b_run, c, first), *tail, GROUP_M=group_m,
-                            NUM_SMS=sms, **extra)
-    ms = None if config else tuned_ms(kernel, (*descriptors(a, b_run, c, first), *tail))
+                            NUM_SMS=sms, **layout, **extra)
+    ms = None if config else tuned_ms(kernel, (*descriptors(a, b_run, c, first), *tail), layout)
     chosen = config or setting(kernel.best_config)
     constants = (chosen.block_m, chosen.block_n, chosen.block_k, chosen.group_m, sms,
-                 chosen.option("FLATTEN"), chosen.option("SPLIT_EPILOGUE"))
+                 chosen.option("FLATTEN"), chosen.option("SPLIT_EPILOGUE"), a_t, b_t)
     programs = (*grid({"BLOCK_M": chosen.block_m, "BLOCK_N": chosen.block_n}), 1, 1)
     # The descriptors' encodings kept between calls (matmul_tma_launch), where this
     # Triton allows it and the first such launch gives exactly what the usual one gave.
     fast = None if compiled is None else _checked(
-        direct(compiled, programs, list(boxes(chosen))), (a, b_run), c, tail + constants)
+        direct(compiled, programs, list(boxes(chosen, a_t, b_t))),
+        (stored(a), stored(b_run)), c, tail + constants)
+    as_stored_a = (lambda x: x.t()) if a_t else (lambda x: x)
+    as_stored_b = (lambda x: x.t()) if b_t else (lambda x: x)
 
     def run(a, b):
-        b = copy(None, b)[1]
+        b = copy(b)
         out = torch.empty((M, N), device=a.device, dtype=a.dtype)
         if compiled is None:                  # the interpreter compiles nothing
             kernel[grid](*descriptors(a, b, out, chosen), *tail, GROUP_M=chosen.group_m,
-                         NUM_SMS=sms, **chosen.as_dict(KEYS))
+                         NUM_SMS=sms, **layout, **chosen.as_dict(KEYS))
         elif fast is not None:
-            fast((a, b, out), tail + constants)
+            fast((as_stored_a(a), as_stored_b(b), out), tail + constants)
         else:
             compiled[programs](*descriptors(a, b, out, chosen), *tail, *constants)
         return out

@@ -242,13 +242,39 @@ def _needs_padding(a: torch.Tensor, b: torch.Tensor,
     A row-major matrix whose rows do not start on 16-byte boundaries (K = 1999 in fp16),
     or a B whose N is no multiple of 8 fp16 elements, defeats the kernel's 16-byte loads:
     every element is then loaded on its own, several times slower than the copy costs.
-    (A column-major operand is taken as it is: its loads are another story.)
+    A transposed view (column-major: ``W.T`` of nn.Linear) is judged by the rows of the
+    matrix underneath (:func:`~helpers.kernels.matmul.persistent.stored`), and copied as
+    such (:func:`_packer`); its N needs no padding, as C's rows are not its rows.
     """
     vector = plans.VECTOR // a.element_size()
-    pad_a = a.stride(1) == 1 and a.shape[0] > 1 and not plans.on_rows_of(a, row_bytes)
-    N = b.shape[1]
+
+    def misaligned(x):      # rows of a row-major matrix, off the boundary
+        return x.stride(1) == 1 and x.shape[0] > 1 and not plans.on_rows_of(x, row_bytes)
+
+    x_b, N = persistent.stored(b), b.shape[1]
+    pad_a = misaligned(persistent.stored(a))
+    if x_b is not b:
+        return pad_a, misaligned(x_b), N
     pad_b = b.stride(1) == 1 and (not plans.on_rows_of(b, row_bytes) or N % vector != 0)
     return pad_a, pad_b, (triton.cdiv(N, vector) * vector if pad_b else N)
+
+
+def _packer(a, b, pad_a: bool, pad_b: bool, n_padded: int, row_bytes: int):
+    """``prepare(a, b)``: the operands that :func:`_needs_padding` says to copy, copied
+    into rows every ``row_bytes`` in one launch (:func:`plans.packer`); a transposed view
+    as the transpose of such a copy of the matrix underneath, so the layout stays."""
+    flip_a, flip_b = persistent.transposed(a), persistent.transposed(b)
+    x_a, x_b = (a.t() if flip_a else a), (b.t() if flip_b else b)
+    copy = plans.packer(x_a if pad_a else None, x_a.shape[1], x_b if pad_b else None,
+                        x_b.shape[1] if flip_b else n_padded, row_bytes)
+    if not (flip_a or flip_b):
+        return copy
+
+    def prepare(a, b):
+        x, y = copy(a.t() if flip_a else a, b.t() if flip_b else b)
+        return (x.t() if flip_a else x), (y.t() if flip_b else y)
+
+    return prepare
 
 
 def _check(a, b) -> None:
@@ -370,8 +396,7 @@ def _build(a, b, kernel, config, row_bytes, verify=True):
         return None                     # C's rows would not be 16-byte aligned
     pad_a, pad_b, _ = _needs_padding(a, b, row_bytes)
 
-    prepare = plans.packer(a if pad_a else None, a.shape[1], b if pad_b else None,
-                           b.shape[1], row_bytes)
+    prepare = _packer(a, b, pad_a, pad_b, b.shape[1], row_bytes)
     a_run, b_run = prepare(a, b)
     if not persistent.usable(a_run, b_run)[0]:
         return None
@@ -388,7 +413,7 @@ def _v6_plan(a, b, config, row_bytes, keep, verify=True):
     N = b.shape[1]
     pad_a, pad_b, n_padded = _needs_padding(a, b, row_bytes)
 
-    prepare = plans.packer(a if pad_a else None, K, b if pad_b else None, n_padded, row_bytes)
+    prepare = _packer(a, b, pad_a, pad_b, n_padded, row_bytes)
     a_run, b_run = prepare(a, b)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if config is not None:
