@@ -36,6 +36,14 @@ MAX_KEPT = 64
 _TRITON_36_LAYOUT = "iiiKKppOOOOOO"
 
 
+def _hooked(hook) -> bool:
+    """Whether a launch hook is set: ``None`` means none in older Tritons; newer ones keep
+    a ``HookChain`` that is never ``None`` and holds its hooks in ``calls``. (Read as "not
+    None", every call took the usual path, descriptors and all: 31 us a call at 1000^3
+    bf16 on an H100, against 13 us for ``torch.matmul``.)"""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def direct(compiled, grid: tuple, boxes: list) -> Callable | None:
     """``launch(tensors, args)`` for ``compiled``, whose first ``len(boxes)`` arguments are
     descriptors of ``tensors`` (box ``boxes[i]`` for tensor ``i``) and whose other
@@ -73,7 +81,7 @@ def direct(compiled, grid: tuple, boxes: list) -> Callable | None:
         return found
 
     def launch(tensors: tuple, args: tuple) -> None:
-        if knobs.launch_enter_hook is not None or knobs.launch_exit_hook is not None:
+        if _hooked(knobs.launch_enter_hook) or _hooked(knobs.launch_exit_hook):
             # A profiler's hooks want the usual path, which calls them.
             descs = [TensorDescriptor(t, list(t.shape), list(t.stride()), box)
                      for t, box in zip(tensors, boxes)]
