@@ -69,15 +69,15 @@ def test_column_major_operands(majors):
 
 def test_rows_that_are_not_16_byte_aligned_are_padded_and_the_result_is_the_product():
     a, b = product(17, 77, 99, torch.float16)        # K = 99 and N = 77: odd row lengths
-    pad_a, pad_b, n_padded = mt._needs_padding(a, b)
+    pad_a, pad_b, n_padded = plans.needs_padding(a, b)
     assert pad_a and pad_b and n_padded == 80
     c = mt.matmul_tuned(a, b)
     assert c.shape == (17, 77) and c.is_contiguous(), "C is returned as M x N, contiguous"
     assert_product(c, a, b, "padded path")
     aligned_a, aligned_b = product(16, 80, 96, torch.float16)
-    assert mt._needs_padding(aligned_a, aligned_b) == (False, False, 80)
+    assert plans.needs_padding(aligned_a, aligned_b) == (False, False, 80)
     # 192-byte rows start on 16 bytes but not on 128-byte lines.
-    assert mt._needs_padding(aligned_a, aligned_b, plans.LINE)[:2] == (True, True)
+    assert plans.needs_padding(aligned_a, aligned_b, plans.LINE)[:2] == (True, True)
 
 
 @pytest.mark.parametrize("shape", [(17, 77, 99), (40, 64, 72), (1, 24, 40)])

@@ -33,7 +33,8 @@ import json
 import torch
 import triton
 
-from .pack import packer  # noqa: F401 (the plans' copy, re-exported)
+from .pack import packer
+from .persistent import stored, transposed
 
 LINE = 128          # bytes in one line of L2
 VECTOR = 16         # bytes in one vectorised load
@@ -45,6 +46,49 @@ def on_rows_of(t: torch.Tensor, row_bytes: int) -> bool:
         return False
     return t.shape[0] <= 1 or ((t.stride(0) * t.element_size()) % row_bytes == 0
                                and t.data_ptr() % row_bytes == 0)
+
+
+def needs_padding(a: torch.Tensor, b: torch.Tensor,
+                   row_bytes: int = VECTOR) -> tuple[bool, bool, int]:
+    """Whether to copy A, whether to copy B, into rows that start every ``row_bytes``; and
+    the column count to run B with (N, or N rounded up to a whole 16-byte vector).
+
+    A row-major matrix whose rows do not start on 16-byte boundaries (K = 1999 in fp16),
+    or a B whose N is no multiple of 8 fp16 elements, defeats the kernel's 16-byte loads:
+    every element is then loaded on its own, several times slower than the copy costs.
+    A transposed view (column-major: ``W.T`` of nn.Linear) is judged by the rows of the
+    matrix underneath (:func:`~helpers.kernels.matmul.stored`), and copied as
+    such (:func:`operand_packer`); its N needs no padding, as C's rows are not its rows.
+    """
+    vector = VECTOR // a.element_size()
+
+    def misaligned(x):      # rows of a row-major matrix, off the boundary
+        return x.stride(1) == 1 and x.shape[0] > 1 and not on_rows_of(x, row_bytes)
+
+    x_b, N = stored(b), b.shape[1]
+    pad_a = misaligned(stored(a))
+    if x_b is not b:
+        return pad_a, misaligned(x_b), N
+    pad_b = b.stride(1) == 1 and (not on_rows_of(b, row_bytes) or N % vector != 0)
+    return pad_a, pad_b, (triton.cdiv(N, vector) * vector if pad_b else N)
+
+
+def operand_packer(a, b, pad_a: bool, pad_b: bool, n_padded: int, row_bytes: int):
+    """``prepare(a, b)``: the operands that :func:`needs_padding` says to copy, copied
+    into rows every ``row_bytes`` in one launch (:func:`packer`); a transposed view
+    as the transpose of such a copy of the matrix underneath, so the layout stays."""
+    flip_a, flip_b = transposed(a), transposed(b)
+    x_a, x_b = (a.t() if flip_a else a), (b.t() if flip_b else b)
+    copy = packer(x_a if pad_a else None, x_a.shape[1], x_b if pad_b else None,
+                        x_b.shape[1] if flip_b else n_padded, row_bytes)
+    if not (flip_a or flip_b):
+        return copy
+
+    def prepare(a, b):
+        x, y = copy(a.t() if flip_a else a, b.t() if flip_b else b)
+        return (x.t() if flip_a else x), (y.t() if flip_b else y)
+
+    return prepare
 
 
 def time_plan(run, a: torch.Tensor, b: torch.Tensor) -> float:

@@ -30,7 +30,7 @@ import triton.language as tl
 from ... import runtime
 from ...dtypes import FLOAT_DTYPES
 from ..checks import check_32bit_offsets, check_tensor
-from . import persistent
+from . import persistent, streamk
 from . import plan as plans
 from .config import TileConfig
 from .space import (CONFIG_SPACE, CONSTEXPRS, KEYS,  # noqa: F401 (re-exported)
@@ -234,49 +234,6 @@ def _v6_setting(config) -> TileConfig:
     return config
 
 
-def _needs_padding(a: torch.Tensor, b: torch.Tensor,
-                   row_bytes: int = plans.VECTOR) -> tuple[bool, bool, int]:
-    """Whether to copy A, whether to copy B, into rows that start every ``row_bytes``; and
-    the column count to run B with (N, or N rounded up to a whole 16-byte vector).
-
-    A row-major matrix whose rows do not start on 16-byte boundaries (K = 1999 in fp16),
-    or a B whose N is no multiple of 8 fp16 elements, defeats the kernel's 16-byte loads:
-    every element is then loaded on its own, several times slower than the copy costs.
-    A transposed view (column-major: ``W.T`` of nn.Linear) is judged by the rows of the
-    matrix underneath (:func:`~helpers.kernels.matmul.persistent.stored`), and copied as
-    such (:func:`_packer`); its N needs no padding, as C's rows are not its rows.
-    """
-    vector = plans.VECTOR // a.element_size()
-
-    def misaligned(x):      # rows of a row-major matrix, off the boundary
-        return x.stride(1) == 1 and x.shape[0] > 1 and not plans.on_rows_of(x, row_bytes)
-
-    x_b, N = persistent.stored(b), b.shape[1]
-    pad_a = misaligned(persistent.stored(a))
-    if x_b is not b:
-        return pad_a, misaligned(x_b), N
-    pad_b = b.stride(1) == 1 and (not plans.on_rows_of(b, row_bytes) or N % vector != 0)
-    return pad_a, pad_b, (triton.cdiv(N, vector) * vector if pad_b else N)
-
-
-def _packer(a, b, pad_a: bool, pad_b: bool, n_padded: int, row_bytes: int):
-    """``prepare(a, b)``: the operands that :func:`_needs_padding` says to copy, copied
-    into rows every ``row_bytes`` in one launch (:func:`plans.packer`); a transposed view
-    as the transpose of such a copy of the matrix underneath, so the layout stays."""
-    flip_a, flip_b = persistent.transposed(a), persistent.transposed(b)
-    x_a, x_b = (a.t() if flip_a else a), (b.t() if flip_b else b)
-    copy = plans.packer(x_a if pad_a else None, x_a.shape[1], x_b if pad_b else None,
-                        x_b.shape[1] if flip_b else n_padded, row_bytes)
-    if not (flip_a or flip_b):
-        return copy
-
-    def prepare(a, b):
-        x, y = copy(a.t() if flip_a else a, b.t() if flip_b else b)
-        return (x.t() if flip_a else x), (y.t() if flip_b else y)
-
-    return prepare
-
-
 def _check(a, b) -> None:
     for name, t in (("a", a), ("b", b)):
         check_tensor(t, name, dtypes=FLOAT_DTYPES, ndim=2, contiguous=False)
@@ -334,10 +291,13 @@ def _first_call(a, b, config, key) -> torch.Tensor:
             second = runner_up(matmul_kernel_v6_tuned, known) if kernel == "v6" else None
             if second is not None:
                 candidates["v6 runner-up", row_bytes] = _build(a, b, "v6", second, row_bytes)
+            if kernel == "persistent" and _wave_tail(a, b, built[2]):
+                # Its setting, with the last tiles shared out by K steps (matmul_streamk).
+                candidates["streamk", row_bytes] = _build(a, b, "streamk", built[2], row_bytes)
     times = {name: plans.time_plan(run, a, b) for name, (_, run, _) in candidates.items()}
     (name, row_bytes), ms = min(times.items(), key=lambda item: item[1])
     c, run, chosen = candidates[name, row_bytes]
-    keys = persistent.KEYS if name == "persistent" else KEYS
+    keys = persistent.KEYS if name in ("persistent", "streamk") else KEYS
     decision = {"kernel": name.split()[0], "config": chosen.as_dict(keys), "row_bytes": row_bytes,
                 "layout": "whole lines" if row_bytes == plans.LINE else "as given",
                 "candidates_ms": {f"{k} {'whole lines' if r == plans.LINE else 'as given'}": t
@@ -374,10 +334,10 @@ def runner_up(tuner, known: set) -> dict | None:
 
 
 def _kernel_keys() -> tuple[str, ...]:
-    """What a stored decision depends on besides the shape: both kernels' sources and the
+    """What a stored decision depends on besides the shape: the kernels' sources and the
     spaces their tuners search."""
     return (matmul_kernel_v6.cache_key, persistent.matmul_kernel_persistent.cache_key,
-            *_space_keys())
+            streamk.matmul_kernel_streamk.cache_key, *_space_keys())
 
 
 def _space_keys() -> tuple[str, str]:
@@ -394,14 +354,24 @@ def _build(a, b, kernel, config, row_bytes, verify=True):
         return _v6_plan(a, b, config, row_bytes, True, verify)
     if (b.shape[1] * b.element_size()) % plans.VECTOR:
         return None                     # C's rows would not be 16-byte aligned
-    pad_a, pad_b, _ = _needs_padding(a, b, row_bytes)
+    pad_a, pad_b, _ = plans.needs_padding(a, b, row_bytes)
 
-    prepare = _packer(a, b, pad_a, pad_b, b.shape[1], row_bytes)
+    prepare = plans.operand_packer(a, b, pad_a, pad_b, b.shape[1], row_bytes)
     a_run, b_run = prepare(a, b)
     if not persistent.usable(a_run, b_run)[0]:
         return None
-    c, launched, chosen, _ = persistent.launch(a_run, b_run, config)
+    if kernel == "streamk":
+        c, launched, chosen = streamk.launch(a_run, b_run, config)
+    else:
+        c, launched, chosen, _ = persistent.launch(a_run, b_run, config)
     return c, (lambda a, b: launched(*prepare(a, b))), chosen
+
+
+def _wave_tail(a, b, config: TileConfig) -> bool:
+    """Whether ``config``'s tiles leave the last wave part-empty on this GPU (stream-K's
+    case: :func:`~helpers.kernels.matmul.streamk.stream_k_tiles`)."""
+    tiles = triton.cdiv(a.shape[0], config.block_m) * triton.cdiv(b.shape[1], config.block_n)
+    return streamk.stream_k_tiles(tiles, persistent.sm_count(a.device)) > 0
 
 
 def _v6_plan(a, b, config, row_bytes, keep, verify=True):
@@ -411,9 +381,9 @@ def _v6_plan(a, b, config, row_bytes, keep, verify=True):
     ``keep`` and the direct launch gives what the first did; else through the JIT)."""
     M, K = a.shape
     N = b.shape[1]
-    pad_a, pad_b, n_padded = _needs_padding(a, b, row_bytes)
+    pad_a, pad_b, n_padded = plans.needs_padding(a, b, row_bytes)
 
-    prepare = _packer(a, b, pad_a, pad_b, n_padded, row_bytes)
+    prepare = plans.operand_packer(a, b, pad_a, pad_b, n_padded, row_bytes)
     a_run, b_run = prepare(a, b)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if config is not None:

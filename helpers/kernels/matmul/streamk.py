@@ -1,0 +1,189 @@
+"""Lesson 07: stream-K, so that a tile count just past a whole number of waves does not
+cost a whole extra wave.
+
+The persistent kernel (:mod:`~helpers.kernels.matmul.persistent`) deals out whole output
+tiles: tile ``t`` goes to program ``t % NUM_SMS``. With 132 SMs and 140 tiles, 8 programs
+get a second tile and 124 sit idle while those 8 run it: the product takes two waves'
+time for 1.06 waves of work (*wave quantisation*). Smaller tiles make more, thinner
+waves but read the operands more times over.
+
+Stream-K (Osama, Merrill et al., 2023) deals out K steps instead of tiles. The last tiles
+(:func:`stream_k_tiles`: the remainder, plus one whole wave when there is one to share
+it with) are cut into their ``cdiv(K, BLOCK_K)`` steps each, and the steps of all of them,
+laid end to end, are split evenly between all the programs: each program gets the same
+number of steps, give or take one, whatever the tile count. A tile whose steps fall to
+several programs is finished by one of them, its *owner* (the one holding its last step):
+the others leave their fp32 partial sums in a workspace and raise a flag, the owner adds
+them and writes the tile.
+
+Two details keep that cheap:
+
+* **Backwards.** Each program walks its steps from last to first. A program's last piece
+  (the start of some tile) is one it hands over; its first piece (the end of some tile)
+  is one it owns. Walking backwards, every program hands over first and owns last, so an
+  owner rarely waits: its helpers finished their share before it started its own.
+* **All programs resident.** An owner spins on its helpers' flags, which is only safe if
+  every program is on an SM at once: one program per SM, as in the persistent kernel.
+  (Triton's interpreter runs programs one after another, lowest first: the helpers of a
+  tile have lower ids than its owner, so they finish before it waits.)
+
+The tiles before the stream-K ones are dealt out whole, as in the persistent kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .config import TileConfig
+from .ladder import grouped_tile
+from .persistent import _checked, boxes, descriptors, setting, sm_count, stored, transposed
+from .tma_launch import direct
+
+
+def stream_k_tiles(tiles: int, sms: int) -> int:
+    """How many of the last tiles are shared out by K steps: none when the tiles fill whole
+    waves; otherwise the remainder, plus one whole wave when there is one (each program then
+    gets between one and two tiles' worth of steps, enough to hide its hand-over)."""
+    rest = tiles % sms
+    if rest == 0:
+        return 0
+    return rest + sms if tiles > sms else tiles
+
+
+@triton.jit
+def _steps(a_desc, b_desc, row, col, k_first, k_stop, acc,
+           BLOCK_K: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
+    """``acc`` plus the tile's K steps ``k_first .. k_stop - 1`` (boxes read as stored)."""
+    for k in range(k_first, k_stop):
+        if A_T:
+            a = a_desc.load([k * BLOCK_K, row]).T
+        else:
+            a = a_desc.load([row, k * BLOCK_K])
+        if B_T:
+            b = b_desc.load([col, k * BLOCK_K]).T
+        else:
+            b = b_desc.load([k * BLOCK_K, col])
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def matmul_kernel_streamk(a_desc, b_desc, c_desc, ws_ptr, flags_ptr, M, N, K, SK_TILES,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                          NUM_SMS: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    steps = tl.cdiv(K, BLOCK_K)
+    whole = num_pid_m * num_pid_n - SK_TILES
+    # 1. The whole tiles, one program per SM, every NUM_SMS-th tile.
+    for tile in tl.range(pid, whole, NUM_SMS):
+        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = _steps(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, steps, acc,
+                     BLOCK_K, A_T, B_T)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+    # 2. The last SK_TILES tiles' steps, laid end to end, split evenly: this program's
+    # share is [first, stop), walked backwards one tile's piece at a time.
+    total = SK_TILES * steps
+    first = pid * total // NUM_SMS
+    stop = (pid + 1) * total // NUM_SMS
+    box = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    end = stop
+    while end > first:
+        t = (end - 1) // steps                       # the stream-K tile this piece is of
+        k_stop = end - t * steps
+        k_first = tl.maximum(first - t * steps, 0)
+        pid_m, pid_n = grouped_tile(whole + t, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = _steps(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_first, k_stop, acc,
+                     BLOCK_K, A_T, B_T)
+        if k_stop < steps:
+            # A helper: leave the partial sum and raise the flag. The barrier makes every
+            # thread's store happen before the flag; the atomic releases them to the owner.
+            tl.store(ws_ptr + pid * BLOCK_M * BLOCK_N + box, acc)
+            tl.debug_barrier()
+            tl.atomic_xchg(flags_ptr + pid, 1)
+        else:
+            # The owner: add the pieces of the programs before it that hold earlier steps
+            # of this tile (each holds one piece, the last of its share), then write C.
+            tile_start = t * steps
+            p = pid - 1
+            while (p >= 0) & ((p + 1) * total // NUM_SMS > tile_start):
+                if (p + 1) * total // NUM_SMS > p * total // NUM_SMS:   # it has steps
+                    while tl.atomic_cas(flags_ptr + p, 1, 0) != 1:   # wait, then reset
+                        pass
+                    acc += tl.load(ws_ptr + p * BLOCK_M * BLOCK_N + box,
+                                   cache_modifier=".cg")             # from L2, not L1
+                p -= 1
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+        end = t * steps + k_first
+
+
+class _Scratch:
+    """The partial-sum workspace and flags, per device, kept between calls (flags end at 0)."""
+
+    def __init__(self):
+        self.kept: dict = {}
+
+    def get(self, device, floats: int, programs: int):
+        ws, flags = self.kept.get(device, (None, None))
+        if ws is None or ws.numel() < floats or flags.numel() < programs:
+            ws = torch.empty(max(floats, 1), device=device, dtype=torch.float32)
+            flags = torch.zeros(max(programs, 1), device=device, dtype=torch.int32)
+            self.kept[device] = (ws, flags)
+        return ws, flags
+
+
+_SCRATCH = _Scratch()
+
+
+def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
+    """``a @ b`` on the stream-K kernel with ``config`` (a setting of the persistent kernel;
+    its switches are not used): ``(c, run, config)``, where ``run(a, b)`` repeats it for a
+    pair of the same shape and layout through the compiled kernel. ``sms``: the programs
+    (one per SM unless given: the tests ask for a few, so that pieces are shared out in the
+    interpreter too). The caller checks :func:`~helpers.kernels.matmul.persistent.usable`."""
+    # The whole C tile is stored at once (no split epilogue) and the tile loop is a plain
+    # one: the persistent kernel's switches do not apply here.
+    config = setting(config).with_options(FLATTEN=False, SPLIT_EPILOGUE=False)
+    M, K = a.shape
+    N = b.shape[1]
+    sms = sms or sm_count(a.device)
+    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
+    sk_tiles = stream_k_tiles(tiles, sms)
+    ws, flags = _SCRATCH.get(a.device, sms * config.block_m * config.block_n, sms)
+    a_t, b_t = transposed(a), transposed(b)
+    constants = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                     GROUP_M=config.group_m, NUM_SMS=sms, A_T=a_t, B_T=b_t)
+    options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    grid = (sms, 1, 1)
+    tail = (ws, flags, M, N, K, sk_tiles)
+    out = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    compiled = matmul_kernel_streamk[grid](*descriptors(a, b, out, config), *tail,
+                                           **constants, **options)
+    # Later calls: the compiled kernel with the descriptors' encodings kept
+    # (matmul_tma_launch), where this Triton allows it and it gives what the JIT gave.
+    as_stored_a = (lambda x: x.t()) if a_t else (lambda x: x)
+    as_stored_b = (lambda x: x.t()) if b_t else (lambda x: x)
+    args = tail + tuple(constants.values())
+    fast = None if compiled is None else _checked(
+        direct(compiled, grid, list(boxes(config, a_t, b_t))), (stored(a), stored(b)), out, args)
+
+    def run(a, b):
+        c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+        if fast is not None:
+            fast((as_stored_a(a), as_stored_b(b), c), args)
+        else:
+            matmul_kernel_streamk[grid](*descriptors(a, b, c, config), *tail, **constants,
+                                        **options)
+        return c
+
+    run.keeps_encodings = fast is not None
+    return out, run, config
+
+
+__all__ = ["TileConfig", "launch", "matmul_kernel_streamk", "stream_k_tiles", "stored"]

@@ -1,0 +1,84 @@
+"""Lesson 07's stream-K matmul (helpers.kernels.matmul.streamk).
+
+In CPU mode Triton's interpreter runs the kernel with a few programs standing in for the
+SMs, so that tiles are shared out by K steps there too: tile counts one below, at and one
+above a multiple of the program count, every layout of A and B, K steps that do not divide
+evenly, and programs with no steps at all. The test marked ``gpu`` runs it compiled.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+
+import helpers
+from helpers.kernels.matmul import persistent as mp
+from helpers.kernels.matmul import streamk as sk
+from helpers.kernels.matmul.config import TileConfig
+
+DEVICE = helpers.device()
+SMALL = TileConfig(32, 32, 32, num_warps=4, num_stages=1)
+
+
+def operands(M, N, K, majors=("row", "row"), dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g).to(DEVICE, dtype)
+    b = torch.randn(K, N, generator=g).to(DEVICE, dtype)
+    a = a if majors[0] == "row" else a.t().contiguous().t()
+    b = b if majors[1] == "row" else b.t().contiguous().t()
+    return a, b
+
+
+def assert_product(c, a, b, what):
+    want = a.float() @ b.float()
+    err = ((c.float() - want).abs().max() / want.abs().max()).item()
+    assert c.shape == want.shape and c.dtype == a.dtype, what
+    assert err < 2e-2, f"{what}: worst error {err:.2e} of the largest output"
+
+
+def test_which_tiles_are_shared_out_by_k_steps():
+    assert sk.stream_k_tiles(264, 132) == 0, "two whole waves: nothing to share"
+    assert sk.stream_k_tiles(140, 132) == 8 + 132, "the remainder and one wave to share it"
+    assert sk.stream_k_tiles(100, 132) == 100, "less than a wave: every tile"
+    assert sk.stream_k_tiles(131, 132) == 131 and sk.stream_k_tiles(133, 132) == 133
+
+
+# 32 x 32 tiles: 72 x 72 is 3 x 3 = 9 tiles; with 4 programs 9 is one above a multiple of 4,
+# 8 tiles (64 x 128) exactly two waves, 7 tiles (32 x 224) one below.
+@pytest.mark.parametrize("shape", [(72, 72, 104), (64, 128, 96), (32, 224, 160), (40, 48, 40)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("sms", [4, 3])
+def test_tiles_around_whole_waves_give_the_product(shape, sms):
+    a, b = operands(*shape)
+    c, run, _ = sk.launch(a, b, SMALL, sms=sms)
+    tiles = triton.cdiv(shape[0], 32) * triton.cdiv(shape[1], 32)
+    assert_product(c, a, b, f"{shape}, {tiles} tiles on {sms} programs")
+    a2, b2 = operands(*shape, seed=1)
+    assert_product(run(a2, b2), a2, b2, f"{shape} launched again: the flags were reset")
+
+
+@pytest.mark.parametrize("majors", [("row", "col"), ("col", "row"), ("col", "col")],
+                         ids=lambda m: f"A-{m[0]}-B-{m[1]}")
+def test_every_layout(majors):
+    a, b = operands(72, 72, 104, majors)
+    c, _, _ = sk.launch(a, b, SMALL, sms=4)
+    assert_product(c, a, b, f"A {majors[0]}-major, B {majors[1]}-major")
+
+
+def test_more_programs_than_k_steps_leave_some_idle():
+    a, b = operands(32, 32, 64)             # one tile of two K steps, on five programs
+    c, _, _ = sk.launch(a, b, SMALL, sms=5)
+    assert_product(c, a, b, "2 steps over 5 programs")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4096, 4224, 1024), (1000, 1000, 1000), (4000, 3000, 1000),
+                                   (2048, 8448, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_compiled(shape):
+    a, b = operands(*shape, dtype=torch.bfloat16)
+    config = TileConfig(128, 256, 64, num_warps=8, num_stages=3, options=mp.NEITHER)
+    for _ in range(3):                      # the flags must come back to 0 every time
+        c, run, _ = sk.launch(a, b, config)
+        assert_product(c, a, b, f"{shape}")
+    assert torch.equal(run(a, b), c), "the same sum every run"
