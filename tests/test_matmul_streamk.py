@@ -82,3 +82,16 @@ def test_compiled(shape):
         c, run, _ = sk.launch(a, b, config)
         assert_product(c, a, b, f"{shape}")
     assert torch.equal(run(a, b), c), "the same sum every run"
+
+
+def test_a_setting_whose_c_tile_does_not_fit_beside_its_stages_loses_a_stage():
+    """The persistent kernel stores C in halves; this one stages the whole tile, so
+    128 x 256 x 64 with four stages (fine there) must drop to three here."""
+    four = TileConfig(128, 256, 64, num_warps=8, num_stages=4, options=mp.SPLIT)
+    assert mp.fits(four, "H100-SXM", torch.bfloat16)[0]
+    three = sk.fitted(four, torch.bfloat16)
+    assert three.num_stages == 3 and not three.option("SPLIT_EPILOGUE")
+    assert three.fits("H100-SXM", torch.bfloat16, staged_c=1)[0]
+    assert sk.fitted(SMALL) == mp.setting(SMALL), "what fits stays as it is"
+    with pytest.raises(ValueError, match="does not fit"):
+        sk.fitted(TileConfig(256, 256, 128, num_warps=8, num_stages=3))

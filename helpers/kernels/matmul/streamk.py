@@ -36,9 +36,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .config import TileConfig
+from .config import TileConfig, gpu_in_use
 from .ladder import grouped_tile
-from .persistent import _checked, boxes, descriptors, setting, sm_count, stored, transposed
+from .persistent import (KEYS, _checked, boxes, descriptors, setting, sm_count, stored,
+                         transposed)
 from .tma_launch import direct
 
 
@@ -123,6 +124,22 @@ def matmul_kernel_streamk(a_desc, b_desc, c_desc, ws_ptr, flags_ptr, M, N, K, SK
         end = t * steps + k_first
 
 
+def fitted(config, dtype=torch.float16) -> TileConfig:
+    """``config`` (a setting of the persistent kernel) as this kernel runs it: the whole C
+    tile staged for its store (no split epilogue), a plain tile loop, and one pipeline stage
+    fewer at a time while that does not fit the shared memory here (128 x 256 x 64 with four
+    stages fits the persistent kernel only because it stores C in halves). ValueError when
+    no number of stages fits."""
+    config = setting(config).with_options(FLATTEN=False, SPLIT_EPILOGUE=False)
+    gpu, _ = gpu_in_use()
+    while not config.fits(gpu, dtype, staged_c=1)[0]:
+        if config.num_stages <= 2:
+            raise ValueError(f"{config.describe()} does not fit with its C tile staged: "
+                             f"{config.fits(gpu, dtype, staged_c=1)[1]}")
+        config = TileConfig.of({**config.as_dict(KEYS), "num_stages": config.num_stages - 1})
+    return config
+
+
 class _Scratch:
     """The partial-sum workspace and flags, per device, kept between calls (flags end at 0)."""
 
@@ -147,9 +164,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
     pair of the same shape and layout through the compiled kernel. ``sms``: the programs
     (one per SM unless given: the tests ask for a few, so that pieces are shared out in the
     interpreter too). The caller checks :func:`~helpers.kernels.matmul.persistent.usable`."""
-    # The whole C tile is stored at once (no split epilogue) and the tile loop is a plain
-    # one: the persistent kernel's switches do not apply here.
-    config = setting(config).with_options(FLATTEN=False, SPLIT_EPILOGUE=False)
+    config = fitted(config, a.dtype)
     M, K = a.shape
     N = b.shape[1]
     sms = sms or sm_count(a.device)

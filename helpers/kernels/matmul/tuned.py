@@ -293,7 +293,11 @@ def _first_call(a, b, config, key) -> torch.Tensor:
                 candidates["v6 runner-up", row_bytes] = _build(a, b, "v6", second, row_bytes)
             if kernel == "persistent" and _wave_tail(a, b, built[2]):
                 # Its setting, with the last tiles shared out by K steps (matmul_streamk).
-                candidates["streamk", row_bytes] = _build(a, b, "streamk", built[2], row_bytes)
+                try:
+                    candidates["streamk", row_bytes] = _build(a, b, "streamk", built[2],
+                                                              row_bytes)
+                except ValueError:      # its C tile does not fit beside two stages
+                    pass
     times = {name: plans.time_plan(run, a, b) for name, (_, run, _) in candidates.items()}
     (name, row_bytes), ms = min(times.items(), key=lambda item: item[1])
     c, run, chosen = candidates[name, row_bytes]
