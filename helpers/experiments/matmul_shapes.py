@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import bench
+from ..kernels.matmul.tuned import last_choice
 from . import experiment
 
 # (name, hidden, MLP width, K/V width of grouped-query attention, vocabulary), from each
@@ -210,6 +211,10 @@ def _time_row(shape: Shape, ours, seed: int) -> dict:
     row["first_call_s"] = time.perf_counter() - start
     row["error"] = ((c.float() - want).abs().max() / scale).item()
     row["linear_error"] = ((ours(a, w.t()).float() - want).abs().max() / scale).item()
+    # What the tuner kept for each layout (kernel: v6, persistent or streamk; its setting).
+    for name, pair in (("choice", (a, b)), ("linear_choice", (a, w.t()))):
+        kept = last_choice(*pair) or {}
+        row[name] = {k: kept[k] for k in ("kernel", "config", "layout") if k in kept}
     fns = {"cublas": lambda: torch.matmul(a, b), "ours": lambda: ours(a, b),
            "f_linear": lambda: F.linear(a, w), "ours_linear": lambda: ours(a, w.t())}
     if K % ALIGN or N % ALIGN:          # rows of A or B off 16 bytes: pad them once
