@@ -82,8 +82,17 @@ def launch(fn: Callable, world: int, *args, timeout_s: float = 300) -> list:
     check_world(world)
     env = {**RANK_ENV, **({} if runtime.is_gpu() else CPU_RANK_ENV)}
     with tempfile.TemporaryDirectory(prefix="ranks-") as folder, _environment(env):
-        mp.spawn(_rank_main, args=(fn, world, free_port(), backend(), folder, args, timeout_s),
-                 nprocs=world, join=True)
+        ranks = mp.spawn(_rank_main, args=(fn, world, free_port(), backend(), folder, args,
+                                           timeout_s), nprocs=world, join=False)
+        try:
+            while not ranks.join():      # raises with a failed rank's traceback
+                pass
+        finally:
+            # A rank that raised left its traceback in a file in /tmp, which torch reads
+            # into the exception above and then leaves behind.
+            for name in ranks.error_files:
+                with contextlib.suppress(OSError, TypeError):
+                    os.unlink(name)
         return [torch.load(Path(folder) / f"rank{r}.pt", weights_only=False)
                 for r in range(world)]
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import functools
 
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 from support import assert_close
@@ -138,8 +141,11 @@ def test_experiment_rank_code_on_two_ranks(ranks):
 
 
 def test_rank_failures_reach_the_caller():
+    before = set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*"))
     with pytest.raises(Exception, match="x has 16 features"):
         parallel.launch(_wrong_features, 1, timeout_s=60)
+    left = set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*")) - before
+    assert not left, f"the failed rank's traceback file was left behind: {left}"
 
 
 def _wrong_features(rank, world):
