@@ -57,8 +57,8 @@ def needs_padding(a: torch.Tensor, b: torch.Tensor,
     or a B whose N is no multiple of 8 fp16 elements, defeats the kernel's 16-byte loads:
     every element is then loaded on its own, several times slower than the copy costs.
     A transposed view (column-major: ``W.T`` of nn.Linear) is judged by the rows of the
-    matrix underneath (:func:`~helpers.kernels.matmul.stored`), and copied as
-    such (:func:`operand_packer`); its N needs no padding, as C's rows are not its rows.
+    matrix underneath (:func:`~helpers.kernels.matmul.persistent.stored`), and copied
+    as such (:func:`operand_packer`); its N needs no padding, as C's rows are not its rows.
     """
     vector = VECTOR // a.element_size()
 
@@ -80,7 +80,7 @@ def operand_packer(a, b, pad_a: bool, pad_b: bool, n_padded: int, row_bytes: int
     flip_a, flip_b = transposed(a), transposed(b)
     x_a, x_b = (a.t() if flip_a else a), (b.t() if flip_b else b)
     copy = packer(x_a if pad_a else None, x_a.shape[1], x_b if pad_b else None,
-                        x_b.shape[1] if flip_b else n_padded, row_bytes)
+                  x_b.shape[1] if flip_b else n_padded, row_bytes)
     if not (flip_a or flip_b):
         return copy
 

@@ -201,4 +201,4 @@ def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
     return out, run, config
 
 
-__all__ = ["TileConfig", "launch", "matmul_kernel_streamk", "stream_k_tiles", "stored"]
+__all__ = ["fitted", "launch", "matmul_kernel_streamk", "stream_k_tiles"]
