@@ -26,7 +26,8 @@ every row of every box touches one line more) this one took 47 us. :func:`pads_b
 when that copy pays.
 
 The TMA needs compute capability 9.0 (Hopper) or newer, 16-byte aligned rows and a
-contiguous last dimension: :func:`usable` says whether a call qualifies, and
+contiguous last dimension; a transposed view (nn.Linear's ``W.T``) qualifies through the
+matrix underneath (:func:`stored`): :func:`usable` says whether a call qualifies, and
 :mod:`~helpers.kernels.matmul.tuned` runs this kernel only where it qualifies and its
 tuned time beats v6's.
 """

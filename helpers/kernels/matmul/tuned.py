@@ -203,7 +203,9 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -
     On a GPU the first call of a shape builds candidate *plans*: v6 and (where the TMA
     applies) the persistent kernel, each autotuned, on the operands as given and, when
     their rows do not start on 128-byte lines, on copies that do (:mod:`matmul_plan`);
-    v6 also with the tuner's runner-up setting (:func:`runner_up`). It times each whole
+    v6 also with the tuner's runner-up setting (:func:`runner_up`), and the persistent
+    kernel's setting on the stream-K kernel where its tiles leave the last wave part-empty
+    (:mod:`~helpers.kernels.matmul.streamk`). It times each whole
     plan, keeps the fastest and writes the decision to disk. Later
     calls of the same shape and layout launch the kept plan's compiled kernel directly,
     skipping the autotuner's and the JIT's Python work: at small sizes that host time,
