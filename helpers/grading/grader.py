@@ -48,13 +48,19 @@ from .report import (ERROR, NEEDS_GPU, CellResult, PartResult, Report, read_json
 DEFAULT_OUT = Path("grades")
 MAX_RESTARTS = 3
 
-# Runs before the learner's first cell: decide the mode, guard interpreted kernels.
+# Runs before the learner's first cell: decide the mode, guard interpreted kernels, and
+# draw no figure to an image. Nobody reads a graded kernel's outputs, and the inline
+# backend renders every figure a cell leaves open to PNG (0.2-0.4 s of CPU a figure; a
+# figure still reaches the learner's code and prints as text).
 SETUP = """\
 import helpers
 from helpers import bounds as _course_bounds
 if helpers.is_cpu():
     _course_bounds.install()
 del _course_bounds
+for _course_format in ("image/png", "image/jpeg", "image/svg+xml", "application/pdf"):
+    get_ipython().display_formatter.formatters[_course_format].enabled = False
+del _course_format
 """
 
 
