@@ -333,9 +333,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     settings chosen per bucketed shape on a GPU. Over the autotuning record's 16 shapes
     in fp16 and bf16 it holds cuBLAS's speed far better than any one setting of the
     ladder (:func:`best_version` is the ladder's own pick, kept for lesson 04)."""
-    from .tuned import matmul_tuned   # lesson 07's module builds on this one's
+    global _matmul_tuned
+    if _matmul_tuned is None:         # lesson 07's module builds on this one's: not at import
+        from .tuned import matmul_tuned as _matmul_tuned
+    return _matmul_tuned(a, b)
 
-    return matmul_tuned(a, b)
+
+_matmul_tuned = None    # matmul's own reference to the tuned path, once imported
 
 
 def try_configs(a: torch.Tensor, b: torch.Tensor, configs=CONFIGS) -> list[dict]:

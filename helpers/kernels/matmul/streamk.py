@@ -182,16 +182,14 @@ def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
                                            **constants, **options)
     # Later calls: the compiled kernel with the descriptors' encodings kept
     # (matmul_tma_launch), where this Triton allows it and it gives what the JIT gave.
-    as_stored_a = (lambda x: x.t()) if a_t else (lambda x: x)
-    as_stored_b = (lambda x: x.t()) if b_t else (lambda x: x)
-    args = tail + tuple(constants.values())
+    args, device, dtype = tail + tuple(constants.values()), out.device, out.dtype
     fast = None if compiled is None else _checked(
         direct(compiled, grid, list(boxes(config, a_t, b_t))), (stored(a), stored(b)), out, args)
 
     def run(a, b):
-        c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+        c = torch.empty((M, N), device=device, dtype=dtype)
         if fast is not None:
-            fast((as_stored_a(a), as_stored_b(b), c), args)
+            fast((a.t() if a_t else a, b.t() if b_t else b, c), args)
         else:
             matmul_kernel_streamk[grid](*descriptors(a, b, c, config), *tail, **constants,
                                         **options)

@@ -221,8 +221,9 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -
 def _plan_key(a, b, config) -> tuple:
     # ``config``: a TileConfig (which reads as the dict of KEYS that matmul_tuned's
     # docstring names), a record's dict, or None. As a TileConfig it is checked and hashable.
-    return (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
-            a.data_ptr() % 16, b.data_ptr() % 16,
+    # get_device(): the device's index (-1 on the CPU), read faster than a torch.device.
+    return (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(),
+            b.get_device(), a.data_ptr() % 16, b.data_ptr() % 16,
             None if config is None else _v6_setting(config))
 
 
@@ -370,6 +371,8 @@ def _build(a, b, kernel, config, row_bytes, verify=True):
         c, launched, chosen = streamk.launch(a_run, b_run, config)
     else:
         c, launched, chosen, _ = persistent.launch(a_run, b_run, config)
+    if not (pad_a or pad_b):            # nothing to copy: one Python call fewer a product
+        return c, launched, chosen
     return c, (lambda a, b: launched(*prepare(a, b))), chosen
 
 
@@ -453,8 +456,10 @@ def _direct(compiled, prepare, a, b, c, tail, config, verify=True):
         if not same:
             return None
 
+    shape, device, dtype = c.shape, c.device, c.dtype
+
     def run(a, b):
-        out = torch.empty(c.shape, device=a.device, dtype=a.dtype)
+        out = torch.empty(shape, device=device, dtype=dtype)
         compiled[grid](*prepare(a, b), out, *full_tail)
         return out
 
