@@ -203,10 +203,10 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -
     On a GPU the first call of a shape builds candidate *plans*: v6 and (where the TMA
     applies) the persistent kernel, each autotuned, on the operands as given and, when
     their rows do not start on 128-byte lines, on copies that do (:mod:`matmul_plan`);
-    v6 also with the tuner's runner-up setting (:func:`runner_up`), and the persistent
-    kernel's setting on the stream-K kernel where its tiles leave the last wave part-empty
-    (:mod:`~helpers.kernels.matmul.streamk`). It times each whole
-    plan, keeps the fastest and writes the decision to disk. Later
+    v6 also with the tuner's runner-up setting (:func:`runner_up`), and, where the persistent
+    kernel's tiles leave the last wave part-empty, the stream-K kernel with that setting and
+    with the widest tile (:mod:`~helpers.kernels.matmul.streamk`). It times each whole plan,
+    keeps the fastest and writes the decision to disk. Later
     calls of the same shape and layout launch the kept plan's compiled kernel directly,
     skipping the autotuner's and the JIT's Python work: at small sizes that host time,
     not the GPU, sets the speed (the ``launch_overhead`` part of the autotuning record).
@@ -295,16 +295,21 @@ def _first_call(a, b, config, key) -> torch.Tensor:
             if second is not None:
                 candidates["v6 runner-up", row_bytes] = _build(a, b, "v6", second, row_bytes)
             if kernel == "persistent" and _wave_tail(a, b, built[2]):
-                # Its setting, with the last tiles shared out by K steps (matmul_streamk).
-                try:
-                    candidates["streamk", row_bytes] = _build(a, b, "streamk", built[2],
-                                                              row_bytes)
-                except ValueError:      # its C tile does not fit beside two stages
-                    pass
+                # Its setting, its last tiles shared out by K steps (matmul_streamk), and the
+                # widest tile, which the tail may have kept the persistent kernel from.
+                wide = streamk.WIDE.as_dict(CONSTEXPRS[:3]) != built[2].as_dict(CONSTEXPRS[:3])
+                for name, setting in (("streamk", built[2]), ("streamk wide", streamk.WIDE)):
+                    if name == "streamk wide" and not wide:
+                        continue
+                    try:
+                        candidates[name, row_bytes] = _build(a, b, "streamk", setting,
+                                                             row_bytes)
+                    except ValueError:  # its C tile does not fit beside two stages
+                        pass
     times = {name: plans.time_plan(run, a, b) for name, (_, run, _) in candidates.items()}
     (name, row_bytes), ms = min(times.items(), key=lambda item: item[1])
     c, run, chosen = candidates[name, row_bytes]
-    keys = persistent.KEYS if name in ("persistent", "streamk") else KEYS
+    keys = persistent.KEYS if name.split()[0] in ("persistent", "streamk") else KEYS
     decision = {"kernel": name.split()[0], "config": chosen.as_dict(keys), "row_bytes": row_bytes,
                 "layout": "whole lines" if row_bytes == plans.LINE else "as given",
                 "candidates_ms": {f"{k} {'whole lines' if r == plans.LINE else 'as given'}": t
