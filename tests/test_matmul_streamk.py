@@ -95,3 +95,16 @@ def test_a_setting_whose_c_tile_does_not_fit_beside_its_stages_loses_a_stage():
     assert sk.fitted(SMALL) == mp.setting(SMALL), "what fits stays as it is"
     with pytest.raises(ValueError, match="does not fit"):
         sk.fitted(TileConfig(256, 256, 128, num_warps=8, num_stages=3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_wide_candidate_is_the_widest_tile_and_runs_as_stream_k(dtype):
+    """The tuner's second stream-K candidate (matmul_tuned on a shape with a part-empty last
+    wave): the persistent space's widest tile, which stream-K stages with its C tile whole
+    in both dtypes the kernel takes, with at least the two stages a pipeline needs."""
+    area = max(c.block_m * c.block_n for c in mp.PERSISTENT_SPACE)
+    assert sk.WIDE.block_m * sk.WIDE.block_n == area and sk.WIDE in mp.PERSISTENT_SPACE
+    wide = sk.fitted(sk.WIDE, dtype)
+    assert (wide.block_m, wide.block_n, wide.block_k) == (sk.WIDE.block_m, sk.WIDE.block_n,
+                                                          sk.WIDE.block_k)
+    assert wide.num_stages >= 2 and wide.fits("H100-SXM", dtype, staged_c=1)[0]
