@@ -116,6 +116,40 @@ def test_an_old_python_is_called_too_old(tmp_path):
     assert r.returncode == 2 and "Python 3.10.14, too old" in r.stderr
 
 
+def _loads_libpython(python: str) -> bool:
+    import subprocess
+    code = 'import sys; sys.exit(0 if any("libpython" in l for l in open("/proc/self/maps")) else 1)'
+    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+
+
+def test_a_static_build_of_the_same_python_is_preferred_to_a_shared_one(tmp_path):
+    """Without PYTHON, python3 on PATH that loads libpython.so gives way to the
+    distribution's build of the same version; PYTHON keeps the one named."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    system = Path(f"/usr/bin/python{version}")
+    # A shared build of this version: this environment's own, else one of pyenv's.
+    shared = [p for p in [Path(sys.base_prefix) / "bin" / f"python{version}",
+                          *sorted(Path.home().glob(f".pyenv/versions/*/bin/python{version}"))]
+              if sys.platform == "linux" and p.exists() and _loads_libpython(str(p))]
+    base = shared[0] if shared else None
+    if not (base and system.exists() and not _loads_libpython(str(system))):
+        pytest.skip(f"needs python{version} built with a shared libpython on PATH and a "
+                    f"static one at {system}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(base)
+    path = f"{bin_dir}:/usr/bin:/bin"
+    r = run_course("env", COURSE_DRY_RUN=1, COURSE_VENV=tmp_path / "venv", PATH=path)
+    assert r.returncode == 0, r.stderr
+    assert "would create" in r.stdout and "from /usr (first run)" in r.stdout, r.stdout
+    assert f"{system}: the same Python {version}" in r.stdout and "libpython.so" in r.stdout
+    assert f"PYTHON={bin_dir}/python3 keeps that one" in r.stdout
+    r = run_course("env", COURSE_DRY_RUN=1, COURSE_VENV=tmp_path / "venv", PATH=path,
+                   PYTHON=bin_dir / "python3")
+    assert r.returncode == 0 and f"from {base.parent.parent.resolve()} (first" in r.stdout, r.stdout
+    assert "libpython.so" not in r.stdout
+
+
 def test_python_names_the_interpreter_of_the_environment(tmp_path):
     log = tmp_path / "log"
     venv = old_venv(tmp_path / "venv", log)
