@@ -95,7 +95,10 @@ def check_kernels(shape, causal, dtype, lse_tol):
     o, lse = A.flash_attention_forward(q, k, v, causal)
     assert o.dtype == dtype and lse.dtype == torch.float32 and lse.shape == q.shape[:-1]
     assert_close(o, o_ref, atol, rtol, f"forward output {shape} causal={causal}")
-    assert_close(lse, lse_ref, lse_tol, lse_tol, f"forward lse {shape} causal={causal}")
+    blind = lse_ref == math.inf          # rows that see no key: lse +inf exactly
+    assert torch.equal(lse == math.inf, blind), f"rows of lse +inf {shape} causal={causal}"
+    assert_close(lse.masked_fill(blind, 0), lse_ref.masked_fill(blind, 0), lse_tol, lse_tol,
+                 f"forward lse {shape} causal={causal}")
     grads = A.flash_attention_backward(do, q, k, v, o, lse, causal)
     for name, got, want in zip("qkv", grads, grads_ref):
         scale = max(1.0, want.abs().max().item())
@@ -187,8 +190,10 @@ def test_inputs_that_cannot_work_are_refused_with_a_reason(fn):
 
 def test_the_kernels_refuse_what_only_they_cannot_take():
     q, k, v = make((1, 1, 1, 8, 8, 16), torch.float32)
-    with pytest.raises(ValueError, match="head dimension 24 is not supported"):
-        A.flash_attention_forward(*(torch.zeros(1, 4, 24, device=DEVICE) for _ in range(3)))
+    for d in (8, 20, 264):       # below tl.dot's 16, not a multiple of 8, past 256
+        with pytest.raises(ValueError, match=f"head dimension {d} is not supported.*multiple "
+                                             "of 8 from 16 to 256"):
+            A.flash_attention_forward(*(torch.zeros(1, 4, d, device=DEVICE) for _ in range(3)))
     with pytest.raises(ValueError, match="last dimension .* not contiguous"):
         A.flash_attention_forward(q.transpose(-1, -2), k.transpose(-1, -2), v.transpose(-1, -2))
     with pytest.raises(TypeError, match="dtype int32"):
@@ -201,6 +206,75 @@ def test_the_kernels_refuse_what_only_they_cannot_take():
     if helpers.runtime.is_cpu():
         with pytest.raises(TypeError, match="bfloat16"):
             A.flash_attention_forward(*(x.bfloat16() for x in (q, k, v)))
+
+
+# Head dimensions that are not a power of two, each class: held in the next power of two
+# with its extra columns masked (24 -> 32, 40 -> 64, 80 and 96 -> 128, 136 and 192 -> 256).
+@pytest.mark.parametrize("d", [24, 40, 80, 96, 136, 192, 256])
+def test_every_multiple_of_8_up_to_256_is_a_head_dimension(d):
+    dtype = torch.float16
+    check_kernels((1, 2, 1, 37, 45, d), "bottom_right" if d % 16 else True, dtype,
+                  lse_tol=A.TOLERANCES[dtype][0] if helpers.is_gpu() else 1e-4)
+
+
+# (seq_q, seq_k): fewer queries than keys (chunked prefill), one query (decoding), more
+# queries than keys (the first ones see nothing), around the CPU blocks of 32 and 16.
+UNEQUAL = [(7, 50), (1, 33), (33, 80), (50, 7), (40, 17)]
+
+
+@pytest.mark.parametrize("lengths", UNEQUAL, ids=lambda n: f"{n[0]}x{n[1]}")
+def test_bottom_right_causal_alignment_on_unequal_lengths(lengths):
+    seq_q, seq_k = lengths
+    shape = (1, 2, 1, seq_q, seq_k, 16)
+    check_kernels(shape, "bottom_right", torch.float32,
+                  lse_tol=A.TOLERANCES[torch.float32][0] if helpers.is_gpu() else 1e-4)
+    q, k, v = make(shape, torch.float32)
+    o, lse = A.tiled_attention_forward(q, k, v, "bottom_right", block_m=16, block_n=16)
+    o_ref, lse_ref = A.attention_reference(q, k, v, "bottom_right")
+    assert_close(o, o_ref, 1e-5, 1e-5, f"tiled output {lengths}")
+    assert torch.equal(lse.isinf(), lse_ref.isinf())
+
+
+def test_the_reference_alignments_are_sdpas():
+    """top_left is SDPA's is_causal, bottom_right its causal_lower_right bias."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    q, k, v = (x.double() for x in make((1, 2, 2, 9, 21, 16), torch.float32))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert_close(A.attention_reference(q, k, v, "top_left")[0], sdpa(q, k, v, is_causal=True),
+                 1e-10, 1e-10, "top_left")
+    assert_close(A.attention_reference(q, k, v, "bottom_right")[0],
+                 sdpa(q, k, v, attn_mask=causal_lower_right(9, 21)), 1e-10, 1e-10,
+                 "bottom_right")
+    # One query at the bottom right sees every key: full attention.
+    assert_close(A.attention_reference(q[:, :, -1:], k, v, "bottom_right")[0],
+                 A.attention_reference(q[:, :, -1:], k, v)[0], 0, 0, "decoding")
+
+
+def test_a_row_that_sees_no_key_has_output_zero_and_lse_infinity():
+    """Bottom right with 40 queries and 17 keys: queries 0..22 see nothing. Their output is
+    0 and their lse +inf, so the backward's recomputed P is 0: no NaN anywhere, and their
+    rows of dQ are 0."""
+    q, k, v = make((1, 2, 1, 40, 17, 16), torch.float32)
+    do = torch.randn_like(q)
+    for name, fwd, bwd in (("flash", A.flash_attention_forward, A.flash_attention_backward),
+                           ("tiled", A.tiled_attention_forward, A.tiled_attention_backward)):
+        o, lse = fwd(q, k, v, "bottom_right")
+        assert torch.equal(o[:, :, :23], torch.zeros_like(o[:, :, :23])), name
+        assert (lse[:, :, :23] == math.inf).all() and lse[:, :, 23:].isfinite().all(), name
+        grads = bwd(do, q, k, v, o, lse, "bottom_right")
+        assert all(g.isfinite().all() for g in grads), name
+        assert torch.equal(grads[0][:, :, :23], torch.zeros_like(grads[0][:, :, :23])), name
+    o_ref, lse_ref = A.attention_reference(q, k, v, "bottom_right")
+    assert (lse_ref[:, :, :23] == math.inf).all() and (o_ref[:, :, :23] == 0).all()
+
+
+@pytest.mark.parametrize("causal", ["bottom-right", "upper_left", 2, None, "True"])
+def test_an_unknown_causal_alignment_is_refused(causal):
+    q, k, v = make((1, 1, 1, 8, 8, 16), torch.float32)
+    for fn in (A.flash_attention_forward, A.tiled_attention_forward, A.attention_reference):
+        with pytest.raises(ValueError, match="causal=.*pass False, True .*'bottom_right'"):
+            fn(q, k, v, causal)
 
 
 def test_naive_attention_is_the_same_function():
@@ -225,6 +299,16 @@ def test_default_scale_is_one_over_root_d():
                          ids=lambda s: "x".join(map(str, s)))
 def test_compiled_kernels_with_the_tuned_tiles(shape, causal, dtype):
     check_kernels(shape, causal, dtype, lse_tol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"], ids=str)
+@pytest.mark.parametrize("d", [40, 80, 96, 192, 256])
+def test_compiled_kernels_on_every_head_dimension_class(d, causal, dtype):
+    lengths = (600, 1000) if causal == "bottom_right" else (1000, 1000)
+    check_kernels((1, 4, 2, *lengths, d), causal, dtype,
+                  lse_tol=A.TOLERANCES[dtype][0] if dtype == torch.float32 else 1e-3)
 
 
 @pytest.mark.parametrize("head_dim", [128, 64])

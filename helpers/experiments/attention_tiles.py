@@ -68,22 +68,24 @@ def backward_sweeps(causal: bool, head_dim: int = 128) -> dict:
     delta, dq, dk, dv = torch.empty_like(lse), *(torch.empty_like(x) for x in (q, k, v))
     strides = (q.stride(0), q.stride(1), q.stride(2))
     ab.attention_bwd_preprocess_kernel[(triton.cdiv(SEQ, 64), BATCH * HEADS)](
-        o, do, delta, *strides, HEADS, SEQ, HEAD_DIM=head_dim, BLOCK_M=64)
+        o, do, delta, *strides, HEADS, SEQ, HEAD_DIM=head_dim, BLOCK_D=head_dim, BLOCK_M=64)
     scale = head_dim ** -0.5
     out = {"dkdv": [], "dq": []}
     for bm, bn, warps, stages in DKDV_SETTINGS:
         out["dkdv"].append({"block_m": bm, "block_n": bn, "num_warps": warps,
                             "num_stages": stages, **_timed(
             lambda: ab.attention_bwd_dkdv_kernel[(triton.cdiv(SEQ, bn), BATCH * HEADS)](
-                q, k, v, do, lse, delta, dk, dv, scale, *strides, *strides, HEADS, SEQ, SEQ,
-                GROUP=1, HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
+                q, k, v, do, lse, delta, dk, dv, scale, *strides, *strides, HEADS, SEQ, SEQ, 0,
+                GROUP=1, HEAD_DIM=head_dim, BLOCK_D=head_dim, BLOCK_M=bm, BLOCK_N=bn,
+                CAUSAL=causal,
                 num_warps=warps, num_stages=stages))})
     for bm, bn, warps, stages in DQ_SETTINGS:
         out["dq"].append({"block_m": bm, "block_n": bn, "num_warps": warps,
                           "num_stages": stages, **_timed(
             lambda: ab.attention_bwd_dq_kernel[(triton.cdiv(SEQ, bm), BATCH * HEADS)](
-                q, k, v, do, lse, delta, dq, scale, *strides, *strides, HEADS, SEQ, SEQ,
-                GROUP=1, HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
+                q, k, v, do, lse, delta, dq, scale, *strides, *strides, HEADS, SEQ, SEQ, 0,
+                GROUP=1, HEAD_DIM=head_dim, BLOCK_D=head_dim, BLOCK_M=bm, BLOCK_N=bn,
+                CAUSAL=causal,
                 num_warps=warps, num_stages=stages))})
     return out
 

@@ -17,10 +17,16 @@
 
 Shapes: ``q`` is ``(batch, seq_q, d)`` or ``(batch, heads, seq_q, d)``; ``k`` and ``v`` are
 ``(batch, seq_k, d)`` or ``(batch, kv_heads, seq_k, d)`` with ``heads`` a multiple of
-``kv_heads`` (grouped-query attention). ``causal=True`` lets query ``i`` see keys
-``j <= i``, aligned at the top left like ``scaled_dot_product_attention(is_causal=True)``.
-``lse`` is the natural-log log-sum-exp of each row of scaled scores, fp32, shaped like
-``q`` without its last dimension.
+``kv_heads`` (grouped-query attention). The head dimension ``d`` of the kernels is any
+multiple of 8 from 16 to 256. ``causal=True`` (or ``"top_left"``) lets query ``i`` see keys
+``j <= i``, aligned at the top left like ``scaled_dot_product_attention(is_causal=True)``;
+``causal="bottom_right"`` aligns the last query with the last key, as FlashAttention does
+(:func:`helpers.kernels.attention.tiled.causal_diagonal`). ``lse`` is the natural-log
+log-sum-exp of each row of scaled scores, fp32, shaped like ``q`` without its last
+dimension; a row that sees no key (bottom right, more queries than keys) has output 0 and
+``lse = +inf``, so that the backward's recomputed ``P = exp(S - lse)`` is exactly 0 there
+(FlashAttention's convention; the mathematical log-sum-exp of nothing, -inf, would make
+``S - lse`` +inf or NaN).
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ __all__ = [
     "attention_bwd_dq_kernel", "HEAD_DIMS", "TOLERANCES",
 ]
 
-HEAD_DIMS = (16, 32, 64, 128)      # powers of two: tl.arange needs one, tl.dot needs >= 16
+# Multiples of 8 (16-byte rows in fp16) from 16 (tl.dot's least) to 256. The kernels work on
+# the next power of two (tl.arange needs one) and mask the columns past d.
+HEAD_DIMS = tuple(range(16, 257, 8))
 
 # (atol, rtol) of outputs and gradients against the float64 reference. P is rounded to
 # the inputs' dtype before the P @ V matmul (as in every FlashAttention), so the error is
@@ -76,13 +84,23 @@ def attention_reference(q, k, v, causal: bool = False, sm_scale=None):
     k4 = attention_tiled.expand_kv(k4, heads).double()
     v4 = attention_tiled.expand_kv(v4, heads).double()
     s = q4.double() @ k4.transpose(-1, -2) * _scale(q, sm_scale)
-    if causal:
-        rows = torch.arange(s.shape[-2], device=s.device)
-        cols = torch.arange(s.shape[-1], device=s.device)
-        s = s.masked_fill(~attention_tiled.causal_mask(rows, cols), -math.inf)
+    s = _masked(s, causal)
     lse = torch.logsumexp(s, dim=-1)
-    o = torch.softmax(s, dim=-1) @ v4
+    # A row that sees no key: output 0 and lse +inf (the module's docstring says why).
+    blind = lse == -math.inf
+    o = torch.softmax(s.masked_fill(blind[..., None], 0.0), dim=-1) @ v4
+    o, lse = o.masked_fill(blind[..., None], 0.0), lse.masked_fill(blind, math.inf)
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
+
+
+def _masked(s: torch.Tensor, causal) -> torch.Tensor:
+    """Scores ``(..., seq_q, seq_k)`` with what a causal mask hides set to -inf."""
+    diagonal = attention_tiled.causal_diagonal(causal, s.shape[-2], s.shape[-1])
+    if diagonal is None:
+        return s
+    rows = torch.arange(s.shape[-2], device=s.device)
+    cols = torch.arange(s.shape[-1], device=s.device)
+    return s.masked_fill(~attention_tiled.causal_mask(rows, cols, diagonal), -math.inf)
 
 
 def naive_attention(q, k, v, causal: bool = False, sm_scale=None):
@@ -96,10 +114,7 @@ def naive_attention(q, k, v, causal: bool = False, sm_scale=None):
     heads = q4.shape[1]
     k4, v4 = attention_tiled.expand_kv(k4, heads), attention_tiled.expand_kv(v4, heads)
     s = (q4 @ k4.transpose(-1, -2)) * _scale(q, sm_scale)          # N x N in HBM
-    if causal:
-        rows = torch.arange(s.shape[-2], device=s.device)
-        cols = torch.arange(s.shape[-1], device=s.device)
-        s = s.masked_fill(~attention_tiled.causal_mask(rows, cols), -math.inf)
+    s = _masked(s, causal)                                          # read, written again
     p = torch.softmax(s.float(), dim=-1).to(q.dtype)                # N x N again
     o = p @ v4
     return o.squeeze(1) if squeeze else o
@@ -150,9 +165,9 @@ def _check_kernel_inputs(q4, k4, v4) -> None:
                              f"Pass {name}.contiguous().")
     d = q4.shape[-1]
     if d not in HEAD_DIMS:
-        raise ValueError(f"head dimension {d} is not supported: the kernels take d in "
-                         f"{HEAD_DIMS} (a power of two, at least 16 for the tensor cores). "
-                         "Pad q, k and v with zeros up to the next one.")
+        raise ValueError(f"head dimension {d} is not supported: the kernels take d a multiple "
+                         "of 8 from 16 to 256 (16 is the least the tensor cores multiply). "
+                         "Pad q, k and v with zeros up to the next multiple of 8.")
 
 
 # --------------------------------------------------------------------------------------
@@ -174,11 +189,17 @@ def forward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = No
     """
     if not (runtime.is_gpu() if compiled is None else compiled):
         return _tiles(32, 32, 4, 1)
+    width = block_d(head_dim)           # what the kernel holds: d up to a power of two
+    if width == 256:
+        # Twice d = 128's bytes a row: half the keys a tile, two stages (bf16, 4,096 tokens
+        # on an H100, 10 settings: 497 TFLOP/s non-causal and 492 causal at d = 256, the
+        # best; 64 x 32 with 4 warps next at 419 and 400; 64 x 64, 8 warps, 262 and 250).
+        return _tiles(32, 32, 4, 2) if dtype == torch.float32 else _tiles(128, 64, 8, 2)
     if dtype == torch.float32:          # 4-byte tiles: half the keys fit in SRAM
         return _tiles(64, 32, 4, 2)
-    if head_dim == 128:
+    if width == 128:
         return _tiles(128, 128, 8, 3)
-    return _tiles(128, 64, 8 if head_dim == 64 else 4, 3)
+    return _tiles(128, 64, 8 if width == 64 else 4, 3)
 
 
 def backward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = None) -> dict:
@@ -195,9 +216,22 @@ def backward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = N
     """
     if not (runtime.is_gpu() if compiled is None else compiled):
         return dict(dkdv=_tiles(16, 32, 4, 1), dq_tiles=_tiles(32, 16, 4, 1))
+    if block_d(head_dim) == 256:
+        # Two fp32 accumulators of 256 columns a row. bf16, d = 256, 4,096 tokens on an
+        # H100: dK/dV best with 64 x 64 tiles and 8 warps (8 settings), dQ with 128 x 32 and
+        # 8 warps (7 settings; 128 x 64 does not fit in shared memory).
+        if dtype == torch.float32:
+            return dict(dkdv=_tiles(16, 32, 4, 1), dq_tiles=_tiles(32, 16, 4, 1))
+        return dict(dkdv=_tiles(64, 64, 8, 2), dq_tiles=_tiles(128, 32, 8, 2))
     if dtype == torch.float32:
         return dict(dkdv=_tiles(32, 64, 4, 2), dq_tiles=_tiles(64, 32, 4, 2))
     return dict(dkdv=_tiles(64, 64, 4, 2), dq_tiles=_tiles(128, 64, 8, 3))
+
+
+def block_d(head_dim: int) -> int:
+    """The width the kernels hold a head in: ``head_dim`` up to a power of two (96 -> 128);
+    the columns past ``head_dim`` are masked on every load and store."""
+    return 1 << (head_dim - 1).bit_length()
 
 
 def _tiles(block_m: int, block_n: int, num_warps: int, num_stages: int) -> dict:
@@ -236,9 +270,10 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     if settings["block_m"] % settings["block_n"]:
         raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
                          "is block_m keys wide and is walked in tiles of block_n")
+    diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
     o = torch.empty_like(q4, memory_format=torch.contiguous_format)
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
-    attention_forward.launch(q4, k4, v4, o, lse, bool(causal), _scale(q, sm_scale), **settings)
+    attention_forward.launch(q4, k4, v4, o, lse, diagonal, _scale(q, sm_scale), **settings)
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
 
 
@@ -260,7 +295,8 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
     dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
     delta = torch.empty_like(lse4)
     settings = {**backward_config(q4.shape[-1], q4.dtype), **config}
-    attention_backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, bool(causal),
+    diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
+    attention_backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, diagonal,
                               _scale(q, sm_scale), **settings)
     grads = (dq, dk, dv)
     return tuple(g.squeeze(1) for g in grads) if squeeze else grads

@@ -25,7 +25,9 @@ resident and streams the K/V tiles, like the forward. Both skip the tiles a caus
 hides and mask only the diagonal band.
 
 Rows past the end of a sequence are loaded as zeros, and zero rows of Q, dO, K or V
-add nothing to any gradient, so only the causal band needs a mask in the arithmetic.
+add nothing to any gradient, so only the causal band needs a mask in the arithmetic. So do
+the columns past ``HEAD_DIM`` of a head held ``BLOCK_D`` wide (the next power of two), and a
+row that saw no key has ``lse = +inf``: its recomputed P is exactly 0.
 """
 
 from __future__ import annotations
@@ -38,46 +40,53 @@ LOG2_E = tl.constexpr(1.4426950408889634)
 
 @triton.jit
 def attention_bwd_preprocess_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_om,
-                                    heads, seq_q,
-                                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+                                    heads, seq_q, HEAD_DIM: tl.constexpr,
+                                    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
     """``delta = rowsum(dO * O)`` in fp32; ``dO`` has the same strides as ``O``."""
     pid_m = tl.program_id(0)
     batch_head = tl.program_id(1)
     head_offset = (batch_head // heads).to(tl.int64) * stride_ob \
         + (batch_head % heads).to(tl.int64) * stride_oh
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offsets = head_offset + rows[:, None] * stride_om + tl.arange(0, HEAD_DIM)[None, :]
-    o = tl.load(O + offsets, mask=rows[:, None] < seq_q, other=0.0).to(tl.float32)
-    do = tl.load(DO + offsets, mask=rows[:, None] < seq_q, other=0.0).to(tl.float32)
+    dims = tl.arange(0, BLOCK_D)
+    offsets = head_offset + rows[:, None] * stride_om + dims[None, :]
+    in_tile = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+    o = tl.load(O + offsets, mask=in_tile, other=0.0).to(tl.float32)
+    do = tl.load(DO + offsets, mask=in_tile, other=0.0).to(tl.float32)
     tl.store(DELTA + batch_head.to(tl.int64) * seq_q + rows, tl.sum(o * do, axis=1),
              mask=rows < seq_q)
 
 
 @triton.jit
 def _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row, stride_qm,
-                    cols, start, stop, seq_q, qk_scale,
-                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                    cols, start, stop, seq_q, diag, qk_scale,
+                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                     MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """dK and dV of one resident K/V tile from the Q blocks of rows ``start .. stop``."""
-    dims = tl.arange(0, HEAD_DIM)
+    dims = tl.arange(0, BLOCK_D)
+    in_head = dims[None, :] < HEAD_DIM
     for start_m in range(start, stop, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         rows = start_m + tl.arange(0, BLOCK_M)
         offsets = rows[:, None] * stride_qm + dims[None, :]
         if MASKED:
-            q = tl.load(q_head + offsets, mask=rows[:, None] < seq_q, other=0.0)
-            do = tl.load(do_head + offsets, mask=rows[:, None] < seq_q, other=0.0)
+            q = tl.load(q_head + offsets, mask=(rows[:, None] < seq_q) & in_head, other=0.0)
+            do = tl.load(do_head + offsets, mask=(rows[:, None] < seq_q) & in_head, other=0.0)
             lse = tl.load(lse_row + rows, mask=rows < seq_q, other=0.0)
             delta = tl.load(delta_row + rows, mask=rows < seq_q, other=0.0)
         else:
-            q = tl.load(q_head + offsets)
-            do = tl.load(do_head + offsets)
+            if BLOCK_D == HEAD_DIM:
+                q = tl.load(q_head + offsets)
+                do = tl.load(do_head + offsets)
+            else:
+                q = tl.load(q_head + offsets, mask=in_head, other=0.0)
+                do = tl.load(do_head + offsets, mask=in_head, other=0.0)
             lse = tl.load(lse_row + rows)
             delta = tl.load(delta_row + rows)
         # Transposed blocks (keys down, queries across): P^T = exp2(K Q^T * c - lse2).
         p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :] * LOG2_E)
         if CAUSAL and MASKED:
-            p_t = tl.where(cols[:, None] <= rows[None, :], p_t, 0.0)
+            p_t = tl.where(cols[:, None] <= rows[None, :] + diag, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         dp_t = tl.dot(v, tl.trans(do))
         ds_t = p_t * (dp_t - delta[None, :])
@@ -89,10 +98,10 @@ def _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row, stride_qm
 def attention_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
                               stride_qb, stride_qh, stride_qm,
                               stride_kb, stride_kh, stride_kn,
-                              heads, seq_q, seq_k,
+                              heads, seq_q, seq_k, diag,
                               GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              CAUSAL: tl.constexpr):
+                              BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """One K/V tile per program; Q, dO (same strides as Q), and dK, dV (as K) in HBM."""
     pid_n = tl.program_id(0)
     batch_kv_head = tl.program_id(1)
@@ -101,19 +110,24 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
     h_kv = (batch_kv_head % kv_heads).to(tl.int64)
     kv_offset = b * stride_kb + h_kv * stride_kh
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, HEAD_DIM)
+    dims = tl.arange(0, BLOCK_D)
     kv_offsets = kv_offset + cols[:, None] * stride_kn + dims[None, :]
-    k = tl.load(K + kv_offsets, mask=cols[:, None] < seq_k, other=0.0)
-    v = tl.load(V + kv_offsets, mask=cols[:, None] < seq_k, other=0.0)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    in_tile = (cols[:, None] < seq_k) & (dims[None, :] < HEAD_DIM)
+    k = tl.load(K + kv_offsets, mask=in_tile, other=0.0)
+    v = tl.load(V + kv_offsets, mask=in_tile, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     qk_scale = sm_scale * LOG2_E
 
     full_blocks_end = (seq_q // BLOCK_M) * BLOCK_M
     if CAUSAL:
-        # Rows above the tile's first key see none of it: start at the diagonal band.
-        band_end = tl.minimum(pid_n * BLOCK_N + BLOCK_N, seq_q)
-        band_start = tl.minimum(pid_n * BLOCK_N, band_end)
+        # Query i sees key j when j <= i + diag. Rows before the tile's first key's first
+        # viewer see none of it: start there, at the diagonal band (in whole Q blocks);
+        # rows from its last key's first viewer on see all of it, unmasked.
+        band_start = tl.minimum(tl.maximum(pid_n * BLOCK_N - diag, 0) // BLOCK_M * BLOCK_M,
+                                seq_q)
+        band_end = tl.cdiv(tl.maximum(pid_n * BLOCK_N + BLOCK_N - diag, 0), BLOCK_M) * BLOCK_M
+        band_end = tl.maximum(tl.minimum(band_end, seq_q), band_start)
     else:
         band_start = 0
         band_end = 0
@@ -125,38 +139,42 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
         lse_row = LSE + batch_head * seq_q
         delta_row = DELTA + batch_head * seq_q
         dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
-                                 stride_qm, cols, band_start, band_end, seq_q, qk_scale,
-                                 HEAD_DIM, BLOCK_M, True, CAUSAL)
+                                 stride_qm, cols, band_start, band_end, seq_q, diag, qk_scale,
+                                 HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL)
         dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
-                                 stride_qm, cols, band_end, full_blocks_end, seq_q, qk_scale,
-                                 HEAD_DIM, BLOCK_M, False, CAUSAL)
+                                 stride_qm, cols, band_end, full_blocks_end, seq_q, diag,
+                                 qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, CAUSAL)
         dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
-                                 stride_qm, cols, tail_start, seq_q, seq_q, qk_scale,
-                                 HEAD_DIM, BLOCK_M, True, CAUSAL)
-    tl.store(DK + kv_offsets, (dk * sm_scale).to(DK.dtype.element_ty), mask=cols[:, None] < seq_k)
-    tl.store(DV + kv_offsets, dv.to(DV.dtype.element_ty), mask=cols[:, None] < seq_k)
+                                 stride_qm, cols, tail_start, seq_q, seq_q, diag, qk_scale,
+                                 HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL)
+    tl.store(DK + kv_offsets, (dk * sm_scale).to(DK.dtype.element_ty), mask=in_tile)
+    tl.store(DV + kv_offsets, dv.to(DV.dtype.element_ty), mask=in_tile)
 
 
 @triton.jit
 def _dq_from_tiles(dq, q, do, lse, delta, k_head, v_head, stride_kn, rows,
-                   start, stop, seq_k, qk_scale,
-                   HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+                   start, stop, seq_k, diag, qk_scale,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                    MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """dQ of one resident Q tile from the K/V tiles of keys ``start .. stop``."""
-    dims = tl.arange(0, HEAD_DIM)
+    dims = tl.arange(0, BLOCK_D)
+    in_head = dims[None, :] < HEAD_DIM
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + tl.arange(0, BLOCK_N)
         offsets = cols[:, None] * stride_kn + dims[None, :]
         if MASKED:
-            k = tl.load(k_head + offsets, mask=cols[:, None] < seq_k, other=0.0)
-            v = tl.load(v_head + offsets, mask=cols[:, None] < seq_k, other=0.0)
-        else:
+            k = tl.load(k_head + offsets, mask=(cols[:, None] < seq_k) & in_head, other=0.0)
+            v = tl.load(v_head + offsets, mask=(cols[:, None] < seq_k) & in_head, other=0.0)
+        elif BLOCK_D == HEAD_DIM:
             k = tl.load(k_head + offsets)
             v = tl.load(v_head + offsets)
+        else:
+            k = tl.load(k_head + offsets, mask=in_head, other=0.0)
+            v = tl.load(v_head + offsets, mask=in_head, other=0.0)
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
         if CAUSAL and MASKED:
-            p = tl.where(cols[None, :] <= rows[:, None], p, 0.0)
+            p = tl.where(cols[None, :] <= rows[:, None] + diag, p, 0.0)
         dp = tl.dot(do, tl.trans(v))
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)
@@ -167,10 +185,10 @@ def _dq_from_tiles(dq, q, do, lse, delta, k_head, v_head, stride_kn, rows,
 def attention_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
                             stride_qb, stride_qh, stride_qm,
                             stride_kb, stride_kh, stride_kn,
-                            heads, seq_q, seq_k,
+                            heads, seq_q, seq_k, diag,
                             GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            CAUSAL: tl.constexpr):
+                            BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                            BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """One Q tile per program; dO and dQ have Q's strides, V has K's."""
     pid_m = tl.program_id(0)
     batch_head = tl.program_id(1)
@@ -179,49 +197,58 @@ def attention_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
     q_offset = b * stride_qb + h * stride_qh
     kv_offset = b * stride_kb + (h // GROUP) * stride_kh
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offsets = q_offset + rows[:, None] * stride_qm + tl.arange(0, HEAD_DIM)[None, :]
-    q = tl.load(Q + offsets, mask=rows[:, None] < seq_q, other=0.0)
-    do = tl.load(DO + offsets, mask=rows[:, None] < seq_q, other=0.0)
+    dims = tl.arange(0, BLOCK_D)
+    offsets = q_offset + rows[:, None] * stride_qm + dims[None, :]
+    in_tile = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+    q = tl.load(Q + offsets, mask=in_tile, other=0.0)
+    do = tl.load(DO + offsets, mask=in_tile, other=0.0)
     row_offsets = batch_head.to(tl.int64) * seq_q + rows
     lse = tl.load(LSE + row_offsets, mask=rows < seq_q, other=0.0) * LOG2_E
     delta = tl.load(DELTA + row_offsets, mask=rows < seq_q, other=0.0)
-    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     qk_scale = sm_scale * LOG2_E
 
     full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        unmasked_end = tl.minimum(pid_m * BLOCK_M, full_tiles_end)
-        stop = tl.minimum(pid_m * BLOCK_M + BLOCK_M, seq_k)
+    if CAUSAL:                             # as in the forward kernel
+        band = tl.maximum(pid_m * BLOCK_M + diag, 0) // BLOCK_N * BLOCK_N
+        unmasked_end = tl.minimum(band, full_tiles_end)
+        stop = tl.minimum(tl.maximum(pid_m * BLOCK_M + BLOCK_M + diag, 0), seq_k)
     else:
         unmasked_end = full_tiles_end
         stop = seq_k
     dq = _dq_from_tiles(dq, q, do, lse, delta, K + kv_offset, V + kv_offset, stride_kn, rows,
-                        0, unmasked_end, seq_k, qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL)
+                        0, unmasked_end, seq_k, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
+                        False, CAUSAL)
     dq = _dq_from_tiles(dq, q, do, lse, delta, K + kv_offset, V + kv_offset, stride_kn, rows,
-                        unmasked_end, stop, seq_k, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL)
-    tl.store(DQ + offsets, (dq * sm_scale).to(DQ.dtype.element_ty), mask=rows[:, None] < seq_q)
+                        unmasked_end, stop, seq_k, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
+                        True, CAUSAL)
+    tl.store(DQ + offsets, (dq * sm_scale).to(DQ.dtype.element_ty), mask=in_tile)
 
 
-def launch(do, q, k, v, o, lse, dq, dk, dv, delta, causal: bool, sm_scale: float, *,
-           dkdv: dict, dq_tiles: dict) -> None:
+def launch(do, q, k, v, o, lse, dq, dk, dv, delta, diagonal: int | None, sm_scale: float,
+           *, dkdv: dict, dq_tiles: dict) -> None:
     """Fill ``dq``, ``dk``, ``dv`` (and the scratch ``delta``) for checked 4-D tensors.
 
     ``q``, ``o``, ``do`` and ``dq`` share one layout, as do ``k``, ``v``, ``dk`` and ``dv``
     (the public launcher makes them contiguous). ``dkdv`` and ``dq_tiles`` each hold
-    ``block_m``, ``block_n``, ``num_warps`` and ``num_stages`` for their kernel."""
+    ``block_m``, ``block_n``, ``num_warps`` and ``num_stages`` for their kernel.
+    ``diagonal``: query ``i`` sees keys ``j <= i + diagonal``; None, every key."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     group = heads // kv_heads
     q_strides = (q.stride(0), q.stride(1), q.stride(2))
     k_strides = (k.stride(0), k.stride(1), k.stride(2))
+    width = dict(HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim))
+    causal = dict(CAUSAL=diagonal is not None)
     attention_bwd_preprocess_kernel[(triton.cdiv(seq_q, 64), batch * heads)](
-        o, do, delta, *q_strides, heads, seq_q, HEAD_DIM=head_dim, BLOCK_M=64)
+        o, do, delta, *q_strides, heads, seq_q, **width, BLOCK_M=64)
     attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, dkdv["block_n"]), batch * kv_heads)](
         q, k, v, do, lse, delta, dk, dv, sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k,
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=dkdv["block_m"], BLOCK_N=dkdv["block_n"],
-        CAUSAL=causal, num_warps=dkdv["num_warps"], num_stages=dkdv["num_stages"])
+        diagonal or 0, GROUP=group, **width, BLOCK_M=dkdv["block_m"],
+        BLOCK_N=dkdv["block_n"], **causal, num_warps=dkdv["num_warps"],
+        num_stages=dkdv["num_stages"])
     attention_bwd_dq_kernel[(triton.cdiv(seq_q, dq_tiles["block_m"]), batch * heads)](
         q, k, v, do, lse, delta, dq, sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k,
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_M=dq_tiles["block_m"],
-        BLOCK_N=dq_tiles["block_n"], CAUSAL=causal, num_warps=dq_tiles["num_warps"],
+        diagonal or 0, GROUP=group, **width, BLOCK_M=dq_tiles["block_m"],
+        BLOCK_N=dq_tiles["block_n"], **causal, num_warps=dq_tiles["num_warps"],
         num_stages=dq_tiles["num_stages"])

@@ -16,16 +16,21 @@ terms are added. The scores are kept in base 2 (``sm_scale * log2(e)`` folded in
 multiply), so the exponentials are ``exp2``, one hardware instruction (``MUFU.EX2``)
 where ``exp`` would need an extra multiply.
 
-Causal attention (query ``i`` sees keys ``j <= i``) splits each program's keys in two:
+Causal attention (query ``i`` sees keys ``j <= i + diag``: ``diag`` is 0 aligned at the top
+left, ``seq_k - seq_q`` at the bottom right) splits each program's keys in three:
 
 * the K tiles entirely left of the diagonal band are fully visible: no mask at all;
-* the tiles of the diagonal band (``BLOCK_M`` keys starting at the program's first row)
+* the tiles of the diagonal band (``BLOCK_M`` keys from the first row's last visible one)
   are masked element by element;
 * the tiles right of the band are fully hidden and never loaded: half of all the work
   of a long causal sequence is skipped.
 
 The last, partial tile of a sequence that is not a multiple of ``BLOCK_N`` is masked
 too; every full tile before it runs the unmasked loop.
+
+A head dimension that is not a power of two (80, 96, 192) is held ``BLOCK_D`` wide, the
+next power of two (``tl.arange`` needs one): the columns past ``HEAD_DIM`` load as zeros,
+add nothing to ``Q K^T`` and are never stored.
 """
 
 from __future__ import annotations
@@ -39,38 +44,44 @@ LN_2 = tl.constexpr(0.6931471805599453)     # the saved lse goes back to natural
 
 @triton.jit
 def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
-                     rows, start, stop, seq_k, qk_scale,
-                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+                     rows, start, stop, seq_k, diag, qk_scale,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                      MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """The inner loop: the K/V tiles of keys ``start .. stop`` past one resident Q tile."""
-    dims = tl.arange(0, HEAD_DIM)
+    dims = tl.arange(0, BLOCK_D)
+    in_head = dims[None, :] < HEAD_DIM
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + tl.arange(0, BLOCK_N)
         k_ptrs = k_head + cols[:, None] * stride_kn + dims[None, :]
         v_ptrs = v_head + cols[:, None] * stride_vn + dims[None, :]
         if MASKED:
-            k = tl.load(k_ptrs, mask=cols[:, None] < seq_k, other=0.0)
-        else:
+            k = tl.load(k_ptrs, mask=(cols[:, None] < seq_k) & in_head, other=0.0)
+        elif BLOCK_D == HEAD_DIM:
             k = tl.load(k_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=in_head, other=0.0)
         # >>> assignment: scores, masks, the online-softmax update, P @ V
         # BLOCK_M x BLOCK_N scores on the tensor cores, accumulated in fp32, in log2 units.
         s = tl.dot(q, tl.trans(k)) * qk_scale
         if MASKED:
             visible = cols[None, :] < seq_k
             if CAUSAL:
-                visible = visible & (cols[None, :] <= rows[:, None])
+                visible = visible & (cols[None, :] <= rows[:, None] + diag)
             s = tl.where(visible, s, float("-inf"))
         # The online softmax: a larger maximum rescales what was summed before. The
-        # first tile visited always holds key 0, which every row sees, so m_new is finite.
+        # first tile visited holds key 0, which every row that sees any key sees, so m_new
+        # is finite there; a row that sees none stays -inf (NaN in its own sums only).
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.math.exp2(s - m_new[:, None])
         rescale = tl.math.exp2(m_i - m_new)
         l_i = l_i * rescale + tl.sum(p, 1)
         if MASKED:
-            v = tl.load(v_ptrs, mask=cols[:, None] < seq_k, other=0.0)
-        else:
+            v = tl.load(v_ptrs, mask=(cols[:, None] < seq_k) & in_head, other=0.0)
+        elif BLOCK_D == HEAD_DIM:
             v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=in_head, other=0.0)
         # P goes to the tensor cores in the inputs' dtype; the sum stays fp32.
         acc = acc * rescale[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -85,8 +96,8 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
                          stride_kb, stride_kh, stride_kn,
                          stride_vb, stride_vh, stride_vn,
                          stride_ob, stride_oh, stride_om,
-                         heads, seq_q, seq_k,
-                         GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         heads, seq_q, seq_k, diag,
+                         GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -99,46 +110,51 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     v_head = V + b * stride_vb + h_kv * stride_vh
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, HEAD_DIM)
+    dims = tl.arange(0, BLOCK_D)
+    in_tile = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
     # The Q tile: read once from HBM, resident for the whole loop.
-    q = tl.load(q_head + rows[:, None] * stride_qm + dims[None, :],
-                mask=rows[:, None] < seq_q, other=0.0)
+    q = tl.load(q_head + rows[:, None] * stride_qm + dims[None, :], mask=in_tile, other=0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     qk_scale = sm_scale * LOG2_E
 
     # >>> assignment: which key tiles run unmasked, which masked, which are skipped
     full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N              # keys in whole K tiles
     if CAUSAL:
-        band = pid_m * BLOCK_M             # the diagonal band starts at the first row
+        # The diagonal band starts at the first row's last visible key (in whole tiles);
+        # every row sees the keys before it, and the tiles past the band are skipped.
+        band = tl.maximum(pid_m * BLOCK_M + diag, 0) // BLOCK_N * BLOCK_N
         unmasked_end = tl.minimum(band, full_tiles_end)
-        stop = tl.minimum(band + BLOCK_M, seq_k)                # tiles past it: skipped
+        stop = tl.minimum(tl.maximum(pid_m * BLOCK_M + BLOCK_M + diag, 0), seq_k)
     else:
         unmasked_end = full_tiles_end
         stop = seq_k
     # <<< assignment
     acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
-                                     rows, 0, unmasked_end, seq_k, qk_scale,
-                                     HEAD_DIM, BLOCK_N, False, CAUSAL)
+                                     rows, 0, unmasked_end, seq_k, diag, qk_scale,
+                                     HEAD_DIM, BLOCK_D, BLOCK_N, False, CAUSAL)
     acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
-                                     rows, unmasked_end, stop, seq_k, qk_scale,
-                                     HEAD_DIM, BLOCK_N, True, CAUSAL)
+                                     rows, unmasked_end, stop, seq_k, diag, qk_scale,
+                                     HEAD_DIM, BLOCK_D, BLOCK_N, True, CAUSAL)
 
     # >>> assignment: normalise, and the log-sum-exp the backward needs
     # Normalise once at the end, and save lse = m + log(l) (natural log) for the backward.
-    o = acc / l_i[:, None]
-    lse = (m_i + tl.math.log2(l_i)) * LN_2
+    # A row that saw no key (m still -inf): output 0 and lse +inf, so P = exp(S - lse) = 0.
+    saw_keys = m_i > float("-inf")
+    o = tl.where(saw_keys[:, None], acc / l_i[:, None], 0.0)
+    lse = tl.where(saw_keys, (m_i + tl.math.log2(l_i)) * LN_2, float("inf"))
     # <<< assignment
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)
     o_head = O + b * stride_ob + h * stride_oh
     tl.store(o_head + rows[:, None] * stride_om + dims[None, :], o.to(O.dtype.element_ty),
-             mask=rows[:, None] < seq_q)
+             mask=in_tile)
 
 
-def launch(q, k, v, o, lse, causal: bool, sm_scale: float, *, block_m: int, block_n: int,
-           num_warps: int, num_stages: int) -> None:
-    """Fill ``o`` and ``lse`` for checked 4-D tensors (the last dimension contiguous)."""
+def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_m: int,
+           block_n: int, num_warps: int, num_stages: int) -> None:
+    """Fill ``o`` and ``lse`` for checked 4-D tensors (the last dimension contiguous).
+    ``diagonal``: query ``i`` sees keys ``j <= i + diagonal``; None, every key."""
     batch, heads, seq_q, head_dim = q.shape
     grid = (triton.cdiv(seq_q, block_m), batch * heads)
     attention_fwd_kernel[grid](
@@ -147,6 +163,7 @@ def launch(q, k, v, o, lse, causal: bool, sm_scale: float, *, block_m: int, bloc
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         o.stride(0), o.stride(1), o.stride(2),
-        heads, seq_q, k.shape[2],
-        GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        CAUSAL=causal, num_warps=num_warps, num_stages=num_stages)
+        heads, seq_q, k.shape[2], diagonal or 0,
+        GROUP=heads // k.shape[1], HEAD_DIM=head_dim,
+        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+        CAUSAL=diagonal is not None, num_warps=num_warps, num_stages=num_stages)
