@@ -277,6 +277,48 @@ def test_an_unknown_causal_alignment_is_refused(causal):
             fn(q, k, v, causal)
 
 
+# Decoding: (heads, kv_heads, seq_q, seq_k), a few queries against more keys.
+DECODE = [(8, 2, 1, 300), (4, 4, 3, 37), (8, 2, 16, 300), (2, 1, 5, 1), (4, 2, 16, 9)]
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"], ids=str)
+@pytest.mark.parametrize("case", DECODE, ids=lambda c: "x".join(map(str, c)))
+def test_the_split_kv_forward_matches_the_reference(case, causal, dtype):
+    """Many splits (64 programs wanted: 10 splits of 32 keys at 300 keys), merged by their
+    log-sum-exps, against float64 and against the one-pass forward kernel."""
+    heads, kv_heads, seq_q, seq_k = case
+    q, k, v = make((2, heads, kv_heads, seq_q, seq_k, 32), dtype)
+    atol, rtol = A.TOLERANCES[dtype]
+    o, lse = A.flash_decode_forward(q, k, v, causal, target_programs=64)
+    o_ref, lse_ref = A.attention_reference(q, k, v, causal)
+    assert_close(o, o_ref, atol, rtol, f"split-KV output {case} causal={causal}")
+    blind = lse_ref == math.inf
+    assert torch.equal(lse == math.inf, blind)
+    tol = atol if helpers.is_gpu() else 1e-4
+    assert_close(lse.masked_fill(blind, 0), lse_ref.masked_fill(blind, 0), tol, tol, "lse")
+    one_pass = A.flash_attention_forward(q, k, v, causal,
+                                         **A.forward_config(32, dtype))
+    assert_close(o, one_pass[0], atol, rtol, "split-KV against the one-pass kernel")
+
+
+def test_short_queries_take_the_split_kv_kernels_and_long_ones_do_not():
+    from helpers.kernels.attention import decode
+
+    assert A.uses_decoding(32, 8, 1) and A.uses_decoding(32, 8, 16)
+    assert not A.uses_decoding(32, 8, 17)           # a prefill: the one-pass kernel
+    assert not A.uses_decoding(32, 1, 16)           # 512 rows a K/V head: more than a tile
+    assert decode.split_keys(8, 131072, 64, 528) == (64, 2048)   # 8 heads x 64 splits
+    assert decode.split_keys(1, 131072, 64, 528) == (64, 2048)   # at most MAX_SPLITS
+    assert decode.split_keys(64, 8192, 64, 528) == (9, 960)      # 15 tiles a split
+    assert decode.split_keys(8, 100, 64, 528) == (2, 64)        # at most one split a tile
+    q, k, v = make((1, 8, 2, 2, 90, 16), torch.float32)
+    assert torch.equal(A.flash_attention_forward(q, k, v, "bottom_right")[0],
+                       A.flash_decode_forward(q, k, v, "bottom_right")[0])
+    with pytest.raises(ValueError, match="512 rows, more than the split-KV kernel's tile"):
+        A.flash_decode_forward(*make((1, 32, 1, 16, 20, 16), torch.float32))
+
+
 def test_naive_attention_is_the_same_function():
     q, k, v = make((1, 4, 2, 20, 30, 16), torch.float32)
     for causal in (False, True):

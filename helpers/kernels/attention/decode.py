@@ -1,0 +1,167 @@
+"""Attention for a few queries against many keys: the split-KV forward (FlashDecoding).
+
+Decoding appends one token (or a few, with speculative decoding) to a long cache of keys.
+The forward kernel of :mod:`helpers.kernels.attention.forward` gives each program a block
+of 64-128 query rows of one head; with one query there is one program per head, 32 of
+them for a 32-head model at batch 1, on a GPU of 132 SMs, each streaming the whole cache.
+The work is all in the keys, so the keys are what gets split:
+
+* :func:`attention_decode_split_kernel`: one program per (batch, K/V head, split of the
+  keys). Its rows are every query of every query head that shares the K/V head (grouped-
+  query attention: 4 heads x 1 query for a 32/8 model), so each K/V tile is read from HBM
+  once for all of them. It runs the online softmax over its own keys only and writes a
+  partial output, normalised by its own sum, and its log-sum-exp (fp32, base 2).
+* :func:`attention_decode_combine_kernel`: one program a row, the splits' results merged through
+  their log-sum-exps: ``lse = log2(sum_s 2^lse_s)`` and ``o = sum_s 2^(lse_s - lse) o_s``,
+  the same rescaling the online softmax does between tiles, done once between splits.
+
+Each K and V byte is read once; the partial results are ``splits x rows x d`` fp32, small
+next to the cache. The causal mask works as in the forward kernel (query ``i`` sees keys
+``j <= i + diag``); a split in which a row sees no key gives ``lse_s = -inf`` (weight 0),
+and a row that sees no key at all gets output 0 and ``lse = +inf``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2_E = tl.constexpr(1.4426950408889634)
+LN_2 = tl.constexpr(0.6931471805599453)
+
+MAX_ROWS = 128          # query heads per K/V head x queries: one tile of rows at most
+MAX_SPLITS = 64         # a row's partial results merge as one tile of at most this many
+
+
+@triton.jit
+def attention_decode_split_kernel(Q, K, V, O_PART, LSE_PART, sm_scale,
+                                  stride_qb, stride_qh, stride_qm,
+                                  stride_kb, stride_kh, stride_kn,
+                                  stride_vb, stride_vh, stride_vn,
+                                  kv_heads, seq_q, seq_k, diag, keys_per_split,
+                                  GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                  BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+                                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    batch_kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    b = (batch_kv_head // kv_heads).to(tl.int64)
+    h_kv = (batch_kv_head % kv_heads).to(tl.int64)
+    # Row r is query position r % seq_q of query head h_kv * GROUP + r // seq_q.
+    r = tl.arange(0, BLOCK_R)
+    pos = r % seq_q
+    row_ok = r < GROUP * seq_q
+    dims = tl.arange(0, BLOCK_D)
+    in_head = dims[None, :] < HEAD_DIM
+    q_rows = Q + b * stride_qb + (h_kv * GROUP + r // seq_q) * stride_qh + pos * stride_qm
+    q = tl.load(q_rows[:, None] + dims[None, :], mask=row_ok[:, None] & in_head, other=0.0)
+    k_head = K + b * stride_kb + h_kv * stride_kh
+    v_head = V + b * stride_vb + h_kv * stride_vh
+
+    m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    qk_scale = sm_scale * LOG2_E
+    start = split * keys_per_split
+    stop = tl.minimum(start + keys_per_split, seq_k)
+    for start_n in range(start, stop, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        key_ok = cols < stop
+        k = tl.load(k_head + cols[:, None] * stride_kn + dims[None, :],
+                    mask=key_ok[:, None] & in_head, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= pos[:, None] + diag)
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has seen no key of this split yet shifts by 0: no -inf - (-inf).
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - shift[:, None])
+        rescale = tl.math.exp2(m_i - shift)
+        l_i = l_i * rescale + tl.sum(p, 1)
+        v = tl.load(v_head + cols[:, None] * stride_vn + dims[None, :],
+                    mask=key_ok[:, None] & in_head, other=0.0)
+        acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
+        m_i = m_new
+
+    saw_keys = m_i > float("-inf")
+    part = (batch_kv_head * tl.num_programs(1) + split).to(tl.int64) * BLOCK_R + r
+    tl.store(LSE_PART + part, tl.where(saw_keys, m_i + tl.math.log2(l_i), float("-inf")))
+    tl.store(O_PART + part[:, None] * BLOCK_D + dims[None, :],
+             tl.where(saw_keys[:, None], acc / l_i[:, None], 0.0))
+
+
+@triton.jit
+def attention_decode_combine_kernel(O_PART, LSE_PART, O, LSE,
+                                    stride_ob, stride_oh, stride_om,
+                                    kv_heads, seq_q, splits,
+                                    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+                                    BLOCK_S: tl.constexpr):
+    """One row a program: its ``splits`` partial results loaded as one tile and merged."""
+    batch_kv_head = tl.program_id(0)
+    r = tl.program_id(1)                   # the row, as in the split kernel
+    s = tl.arange(0, BLOCK_S)
+    split_ok = s < splits
+    part = (batch_kv_head.to(tl.int64) * splits + s) * BLOCK_R + r
+    lse_s = tl.load(LSE_PART + part, mask=split_ok, other=float("-inf"))
+    # The largest split lse, then every split weighted by 2^(lse_s - max).
+    m = tl.max(lse_s, 0)
+    weight = tl.math.exp2(lse_s - tl.where(m == float("-inf"), 0.0, m))
+    dims = tl.arange(0, BLOCK_D)
+    o_s = tl.load(O_PART + part[:, None] * BLOCK_D + dims[None, :], mask=split_ok[:, None],
+                  other=0.0)
+    total = tl.sum(weight, 0)
+    saw_keys = m > float("-inf")
+    o = tl.where(saw_keys, tl.sum(weight[:, None] * o_s, 0) / total, 0.0)
+    lse = tl.where(saw_keys, (m + tl.math.log2(total)) * LN_2, float("inf"))
+    b = (batch_kv_head // kv_heads).to(tl.int64)
+    h = (batch_kv_head % kv_heads).to(tl.int64) * GROUP + r // seq_q
+    pos = r % seq_q
+    tl.store(LSE + (b * (kv_heads * GROUP) + h) * seq_q + pos, lse)
+    tl.store(O + b * stride_ob + h * stride_oh + pos * stride_om + dims,
+             o.to(O.dtype.element_ty), mask=dims < HEAD_DIM)
+
+
+def rows(heads: int, kv_heads: int, seq_q: int) -> int:
+    """The query rows one program holds: every query of the heads sharing a K/V head."""
+    return heads // kv_heads * seq_q
+
+
+def split_keys(programs: int, seq_k: int, block_n: int, target: int) -> tuple[int, int]:
+    """``(splits, keys_per_split)``: enough splits that ``programs`` (batch x K/V heads)
+    times them reach ``target`` programs (at most ``MAX_SPLITS``), each split a whole
+    number of ``block_n`` tiles."""
+    tiles = triton.cdiv(seq_k, block_n)
+    want = max(1, min(tiles, MAX_SPLITS, triton.cdiv(target, programs)))
+    keys_per_split = triton.cdiv(tiles, want) * block_n
+    return triton.cdiv(seq_k, keys_per_split), keys_per_split
+
+
+def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: int,
+           num_warps: int, num_stages: int, target_programs: int) -> int:
+    """Fill ``o`` and ``lse`` for checked 4-D tensors; returns the number of splits."""
+    batch, heads, seq_q, head_dim = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    block_r = max(16, triton.next_power_of_2(rows(heads, kv_heads, seq_q)))
+    block_d = triton.next_power_of_2(head_dim)
+    splits, keys_per_split = split_keys(batch * kv_heads, seq_k, block_n, target_programs)
+    o_part = torch.empty(batch * kv_heads * splits * block_r * block_d, dtype=torch.float32,
+                         device=q.device)
+    lse_part = torch.empty(batch * kv_heads * splits * block_r, dtype=torch.float32,
+                           device=q.device)
+    shapes = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_R=block_r)
+    attention_decode_split_kernel[(batch * kv_heads, splits)](
+        q, k, v, o_part, lse_part, sm_scale,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        kv_heads, seq_q, seq_k, diagonal or 0, keys_per_split, **shapes,
+        BLOCK_N=block_n, CAUSAL=diagonal is not None, num_warps=num_warps,
+        num_stages=num_stages)
+    attention_decode_combine_kernel[(batch * kv_heads, rows(heads, kv_heads, seq_q))](
+        o_part, lse_part, o, lse, o.stride(0), o.stride(1), o.stride(2),
+        kv_heads, seq_q, splits, **shapes, BLOCK_S=triton.next_power_of_2(splits),
+        num_warps=4)
+    return splits
