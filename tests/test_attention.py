@@ -302,6 +302,28 @@ def test_the_split_kv_forward_matches_the_reference(case, causal, dtype):
     assert_close(o, one_pass[0], atol, rtol, "split-KV against the one-pass kernel")
 
 
+def test_a_decoding_loop_reuses_its_plan_and_stays_right():
+    """Step after step of one shape: the plan made at the first call (on a GPU, with the
+    compiled kernels' own launchers) serves every later one, with new tensors each time;
+    an unaligned view gets a plan of its own."""
+    from helpers.kernels.attention import decode
+
+    decode._plans.clear()
+    for seed in range(3):
+        q, k, v = make((2, 8, 2, 1, 70, 32), torch.float32, seed=seed)
+        o, lse = A.flash_decode_forward(q, k, v, "bottom_right")
+        assert_close(o, A.attention_reference(q, k, v, "bottom_right")[0], 2e-3, 2e-3,
+                     f"step {seed}")
+    assert len(decode._plans) == 1
+    assert all((p["runners"] is not None) == helpers.is_gpu() for p in decode._plans.values())
+    q1 = torch.randn(2 * 8 * 32 + 1, device=DEVICE)[1:].view(2, 8, 1, 32)  # 4 bytes in
+    assert q1.stride() == q.stride() and q1.data_ptr() % 16
+    o, _ = A.flash_decode_forward(q1, k, v, "bottom_right")
+    assert_close(o, A.attention_reference(q1, k, v, "bottom_right")[0], 2e-3, 2e-3,
+                 "unaligned query")
+    assert len(decode._plans) == 2
+
+
 def test_short_queries_take_the_split_kv_kernels_and_long_ones_do_not():
     from helpers.kernels.attention import decode
 

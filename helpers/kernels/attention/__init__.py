@@ -31,6 +31,7 @@ dimension; a row that sees no key (bottom right, more queries than keys) has out
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -272,7 +273,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     _check_kernel_inputs(q4, k4, v4)
     if not config and uses_decoding(q4.shape[1], k4.shape[1], q4.shape[2]):
-        return flash_decode_forward(q, k, v, causal, sm_scale)
+        return _decode_forward(q4, k4, v4, squeeze, causal, _scale(q, sm_scale), {})
     settings = {**forward_config(q4.shape[-1], q4.dtype), **config}
     if settings["block_m"] % settings["block_n"]:
         raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
@@ -305,10 +306,15 @@ def decode_config(head_dim: int, dtype: torch.dtype, device: torch.device,
     to 1.07x cuDNN's kernels (2.7 TB/s at 32k keys, batch 1; 3.1 TB/s at 128k, batch 8)."""
     if not (runtime.is_gpu() if compiled is None else compiled):
         return dict(block_n=16, num_warps=4, num_stages=1, target_programs=8)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _sm_count(device)
     wide = block_d(head_dim) * (4 if dtype == torch.float32 else 2) > 256
     return dict(block_n=32 if wide else 64, num_warps=4, num_stages=3,
                 target_programs=2 * sms)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def flash_decode_forward(q, k, v, causal: bool = False, sm_scale=None, **config):
@@ -324,11 +330,17 @@ def flash_decode_forward(q, k, v, causal: bool = False, sm_scale=None, **config)
                          f"{attention_decode.rows(heads, kv_heads, seq_q)} rows, more than the "
                          f"split-KV kernel's tile of {attention_decode.MAX_ROWS}: use "
                          "flash_attention_forward")
+    return _decode_forward(q4, k4, v4, squeeze, causal, _scale(q, sm_scale), config)
+
+
+def _decode_forward(q4, k4, v4, squeeze: bool, causal, sm_scale: float, config: dict):
+    """The split-KV launch on checked 4-D inputs (once checked: a decoding step's host
+    time is the step's pace)."""
     settings = {**decode_config(q4.shape[-1], q4.dtype, q4.device), **config}
-    diagonal = attention_tiled.causal_diagonal(causal, seq_q, k4.shape[2])
+    diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
     o = torch.empty_like(q4, memory_format=torch.contiguous_format)
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
-    attention_decode.launch(q4, k4, v4, o, lse, diagonal, _scale(q, sm_scale), **settings)
+    attention_decode.launch(q4, k4, v4, o, lse, diagonal, sm_scale, **settings)
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
 
 

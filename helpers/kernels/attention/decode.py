@@ -139,29 +139,66 @@ def split_keys(programs: int, seq_k: int, block_n: int, target: int) -> tuple[in
     return triton.cdiv(seq_k, keys_per_split), keys_per_split
 
 
+# Launch plans by shapes, strides, dtype, device, mask and settings: the splits, the grids
+# and, after a plan's first launch on a GPU, each compiled kernel's own launcher. A call
+# then skips Triton's binding of the arguments to a specialization (the host's time, not
+# the GPU's, paces a decoding step against a short cache).
+_plans: dict = {}
+MAX_PLANS = 256
+
+
 def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: int,
            num_warps: int, num_stages: int, target_programs: int) -> int:
-    """Fill ``o`` and ``lse`` for checked 4-D tensors; returns the number of splits."""
+    """Fill ``o`` and ``lse`` for checked 4-D tensors; returns the number of splits.
+    ``o`` is contiguous and ``lse`` too (the public launcher makes them)."""
+    # Triton compiles a kernel for pointers on 16-byte boundaries or not: so is the plan.
+    aligned = tuple(t.data_ptr() % 16 == 0 for t in (q, k, v))
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device, aligned,
+           diagonal, block_n, num_warps, num_stages, target_programs)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = _plan(q, k, v, diagonal, block_n, num_warps, num_stages,
+                                   target_programs)
+    o_part = torch.empty(plan["o_part"], dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(plan["lse_part"], dtype=torch.float32, device=q.device)
+    split_args = (q, k, v, o_part, lse_part, sm_scale, *plan["split_args"])
+    combine_args = (o_part, lse_part, o, lse, *plan["combine_args"])
+    if plan["runners"] is not None:
+        plan["runners"][0](*split_args)
+        plan["runners"][1](*combine_args)
+        return plan["splits"]
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    split = attention_decode_split_kernel[plan["split_grid"]](*split_args, **options)
+    combine = attention_decode_combine_kernel[plan["combine_grid"]](*combine_args,
+                                                                    num_warps=4)
+    # Compiled (not interpreted), each launch returned its kernel: keep their launchers.
+    if hasattr(split, "run") and hasattr(combine, "run"):
+        plan["runners"] = (split[plan["split_grid"]], combine[plan["combine_grid"]])
+    return plan["splits"]
+
+
+def _plan(q, k, v, diagonal, block_n, num_warps, num_stages, target_programs) -> dict:
+    """What every launch of this plan passes besides the tensors and the scale."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     block_r = max(16, triton.next_power_of_2(rows(heads, kv_heads, seq_q)))
     block_d = triton.next_power_of_2(head_dim)
     splits, keys_per_split = split_keys(batch * kv_heads, seq_k, block_n, target_programs)
-    o_part = torch.empty(batch * kv_heads * splits * block_r * block_d, dtype=torch.float32,
-                         device=q.device)
-    lse_part = torch.empty(batch * kv_heads * splits * block_r, dtype=torch.float32,
-                           device=q.device)
-    shapes = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_R=block_r)
-    attention_decode_split_kernel[(batch * kv_heads, splits)](
-        q, k, v, o_part, lse_part, sm_scale,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        kv_heads, seq_q, seq_k, diagonal or 0, keys_per_split, **shapes,
-        BLOCK_N=block_n, CAUSAL=diagonal is not None, num_warps=num_warps,
-        num_stages=num_stages)
-    attention_decode_combine_kernel[(batch * kv_heads, rows(heads, kv_heads, seq_q))](
-        o_part, lse_part, o, lse, o.stride(0), o.stride(1), o.stride(2),
-        kv_heads, seq_q, splits, **shapes, BLOCK_S=triton.next_power_of_2(splits),
-        num_warps=4)
-    return splits
+    group, causal = heads // kv_heads, diagonal is not None
+    return {
+        "splits": splits, "runners": None,
+        "o_part": batch * kv_heads * splits * block_r * block_d,
+        "lse_part": batch * kv_heads * splits * block_r,
+        "split_grid": (batch * kv_heads, splits, 1),      # three axes: a launcher's grid
+        "split_args": (q.stride(0), q.stride(1), q.stride(2),
+                       k.stride(0), k.stride(1), k.stride(2),
+                       v.stride(0), v.stride(1), v.stride(2),
+                       kv_heads, seq_q, seq_k, diagonal or 0, keys_per_split,
+                       group, head_dim, block_d, block_r, block_n, causal),
+        "combine_grid": (batch * kv_heads, rows(heads, kv_heads, seq_q), 1),
+        "combine_args": (heads * seq_q * head_dim, seq_q * head_dim, head_dim,
+                         kv_heads, seq_q, splits, group, head_dim, block_d, block_r,
+                         triton.next_power_of_2(splits)),
+    }
