@@ -175,8 +175,33 @@ def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: i
                                                                     num_warps=4)
     # Compiled (not interpreted), each launch returned its kernel: keep their launchers.
     if hasattr(split, "run") and hasattr(combine, "run"):
-        plan["runners"] = (split[plan["split_grid"]], combine[plan["combine_grid"]])
+        plan["runners"] = (_launcher(split, plan["split_grid"], q.get_device()),
+                           _launcher(combine, plan["combine_grid"], q.get_device()))
     return plan["splits"]
+
+
+def _launcher(compiled, grid: tuple, device: int):
+    """``launch(*args)`` of a compiled kernel: its launcher called as Triton's own launch
+    calls it, without the launch metadata it builds for hooks when none is set (a
+    profiler's hooks, when set, get the usual path)."""
+    usual = compiled[grid]
+    run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+    current_stream = triton.runtime.driver.active.get_current_stream
+    hooks = triton.knobs.runtime
+
+    def launch(*args) -> None:
+        if _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
+            usual(*args)
+        else:
+            run(*grid, current_stream(device), function, metadata, None, None, None, *args)
+
+    return launch
+
+
+def _hooked(hook) -> bool:
+    """A launch hook is set: older Tritons say none with None, newer ones with an empty
+    ``HookChain`` (its ``calls``)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def _plan(q, k, v, diagonal, block_n, num_warps, num_stages, target_programs) -> dict:
