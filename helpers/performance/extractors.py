@@ -304,7 +304,8 @@ EXTRACTORS = {"memory_wall": memory_wall, "memory_levels": memory_levels,
               "moe": moe}
 # A lesson's further experiments: the topic of the lesson each belongs to.
 TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fusion",
-            "attention_tiles": "attention", "moe_parallel": "moe", "moe_parallel_4gpu": "moe",
+            "attention_tiles": "attention", "attention_decode": "attention",
+            "moe_parallel": "moe", "moe_parallel_4gpu": "moe",
             "profiles": "fusion", "tiling_ncu": "tiling", "noise": "roofline"}
 # Records with no course kernel timed beside a baseline, and why.
 NOT_REPORTED = {
