@@ -42,6 +42,11 @@ SMOKE = {"batches": (1,), "keys": (1024,), "queries": (1,), "head_dims": (80,), 
          "batch": 1, "heads": 2}
 PROFILED_CALLS = 10
 
+# What the course asks (bf16, H100; the performance report judges a record against these):
+DECODE_VS_SDPA = 1.0       # one query: >= 1.0x SDPA's default, call against call
+DECODE_HBM = (0.80, 32768)  # one query: >= 80% of HBM bandwidth (kernel time) from 32k keys
+HEAD_DIMS_VS_SDPA = 0.80   # d = 80, 96, 192, 256 at 4k tokens: >= 0.80x SDPA's default
+
 
 def backend(kernel_names) -> str:
     """The SDPA backend that launched these kernels."""

@@ -9,6 +9,8 @@ set over a whole sweep, and every row that misses a target.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..experiments import autotuning as autotuning_experiment
 from .rows import (Context, RecordFieldError, Row, Value, by_peak, by_ratio, check_of, count,
                    geomean_of, rate_of, ratio_of, summary, timing, versions)
@@ -139,6 +141,40 @@ def attention(rec) -> list[Row]:
                            "TFLOP/s", dtype, targets if base == a.FLASH else (), wrong)
             if n == tflops_at and (base == a.FLASH or not causal) or row.missed:
                 rows.append(row)
+    return rows
+
+
+def attention_decode(rec) -> list[Row]:
+    """Lesson 06 past its grid: decoding against SDPA's default (its backend named), and
+    the head dimensions that are not a power of two."""
+    from ..experiments import attention as a
+    from ..experiments import attention_decode as ad
+
+    ctx = Context(rec)
+    rows = []
+    for e in ctx.res["decode"]:
+        one = e["queries"] == 1
+        targets = [("decode_vs_sdpa", by_ratio)] if one else []
+        ours, sdpa = e["ours"], e["sdpa"]
+        row = ctx.row(f"attention decode: {a.OURS}",
+                      f"B={e['batch']} {e['queries']} quer{'y' if one else 'ies'} x "
+                      f"{e['keys']:,} keys, GQA 32/8, d=128 bf16",
+                      f"SDPA default ({e['sdpa_backend']})",
+                      Value(e["kv_bytes"] / ours["call_ms"] / 1e6, "GB/s"),
+                      Value(e["kv_bytes"] / sdpa["call_ms"] / 1e6, "GB/s"),
+                      ratio_of(ours["call_ms"], sdpa["call_ms"]), "bf16", targets)
+        if one and e["keys"] >= ad.DECODE_HBM[1]:
+            row = replace(row, verdicts=row.verdicts + ctx.verdicts(
+                ("decode_hbm", ours["hbm_fraction"])))
+        rows.append(row)
+    for e in ctx.res["head_dims"]:
+        shape = f"d={e['head_dim']} N=4,096 bf16" + (", causal" if e["causal"] else "")
+        rows.append(ctx.row(f"attention forward: {a.OURS}", shape,
+                            f"SDPA default ({e['sdpa_backend']})",
+                            Value(e["ours"]["tflops"], "TFLOP/s"),
+                            Value(e["sdpa"]["tflops"], "TFLOP/s"),
+                            ratio_of(e["ours"]["ms"], e["sdpa"]["ms"]), "bf16",
+                            [("head_dims_vs_sdpa", by_ratio)]))
     return rows
 
 
@@ -301,7 +337,7 @@ def fusion_more(rec) -> list[Row]:
 EXTRACTORS = {"memory_wall": memory_wall, "memory_levels": memory_levels,
               "vector_add": vector_add, "tiling": tiling, "tf32": tf32, "fusion": fusion,
               "fusion_more": fusion_more, "attention": attention, "autotuning": autotuning,
-              "moe": moe}
+              "moe": moe, "attention_decode": attention_decode}
 # A lesson's further experiments: the topic of the lesson each belongs to.
 TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fusion",
             "attention_tiles": "attention", "attention_decode": "attention",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .. import hardware
 from ..experiments import attention as _AP
+from ..experiments import attention_decode as _AD
 from ..experiments import autotuning as _AT
 from ..experiments import fusion as _FU
 from ..experiments import moe as _MOE
@@ -104,6 +105,18 @@ TARGETS = {
         _AP.FORWARD_TFLOPS[0], " TFLOP/s", f"lesson 06's forward at N = {_AP.FORWARD_TFLOPS[1]}"
         ", non-causal: {goal}", "helpers/experiments/attention.py, FORWARD_TFLOPS; "
         "tests/test_attention_record.py::test_record_meets_the_lessons_targets"),
+    "decode_vs_sdpa": Target(
+        _AD.DECODE_VS_SDPA, "x", "lesson 06's kernels decoding one query against 8k-128k keys "
+        "(bf16, GQA 32/8, d = 128): {goal} the speed of SDPA's default, call against call",
+        "helpers/experiments/attention_decode.py, DECODE_VS_SDPA"),
+    "decode_hbm": Target(
+        _AD.DECODE_HBM[0], "%", f"lesson 06's split-KV kernels, one query, from "
+        f"{_AD.DECODE_HBM[1]:,} keys: {{goal}} of HBM bandwidth over their kernel time",
+        "helpers/experiments/attention_decode.py, DECODE_HBM"),
+    "head_dims_vs_sdpa": Target(
+        _AD.HEAD_DIMS_VS_SDPA, "x", "lesson 06's forward at d = 80, 96, 192 and 256, 4,096 "
+        "tokens: {goal} the speed of SDPA's default",
+        "helpers/experiments/attention_decode.py, HEAD_DIMS_VS_SDPA"),
     "tuned_geomean": Target(_AT.GEOMEAN_VS_TORCH, "x", "lesson 07's tuned matmul over its "
                             "sweep: {goal} the speed of torch.matmul, geometric mean",
                             f"helpers/experiments/autotuning.py, GEOMEAN_VS_TORCH; {_AT_TESTS}"
