@@ -375,6 +375,16 @@ def test_compiled_kernels_on_every_head_dimension_class(d, causal, dtype):
                   lse_tol=A.TOLERANCES[dtype][0] if dtype == torch.float32 else 1e-3)
 
 
+def test_short_sequences_take_smaller_tiles_on_a_gpu():
+    for d in (64, 96, 128):
+        short = A.forward_config(d, torch.bfloat16, compiled=True, seq_q=A.SHORT)
+        long = A.forward_config(d, torch.bfloat16, compiled=True, seq_q=A.SHORT + 1)
+        assert (short["block_m"], short["block_n"]) == (64, 64)
+        assert long == A.forward_config(d, torch.bfloat16, compiled=True)
+        assert long["block_m"] == 128
+    assert A.forward_config(64, torch.float16, compiled=False, seq_q=100)["block_m"] == 32
+
+
 @pytest.mark.parametrize("head_dim", [128, 64])
 def test_the_forward_settings_are_the_sweeps_best_or_within_3_percent(head_dim):
     from helpers.experiments.attention_tiles import best

@@ -178,7 +178,11 @@ def _check_kernel_inputs(q4, k4, v4) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def forward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = None) -> dict:
+SHORT = 1024     # queries up to which the forward takes smaller tiles (forward_config)
+
+
+def forward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = None,
+                   seq_q: int | None = None) -> dict:
     """The forward kernel's tile and launch settings for this head size and dtype, compiled
     on a GPU (``compiled``, the default in GPU mode) or in the interpreter (small tiles).
 
@@ -189,6 +193,13 @@ def forward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = No
     128 x 64 with 8 warps ran at 415 and 393 with 3 stages, 420 and 400 with 4. Three
     stages of a 128 x 128 bf16 K tile and V tile take 192 KiB of the H100's 227 KiB of
     shared memory per SM. fp32 tiles are twice the bytes: half the keys per tile.
+
+    Up to ``SHORT`` queries (``seq_q``), 64 x 64 tiles with 4 warps: twice the programs,
+    for a GPU that 128-row blocks of a short sequence leave part idle, and a causal
+    diagonal band half as wide. bf16 on an H100, 32k tokens a batch, 12 settings against
+    SDPA's default (cuDNN): at d = 128, 512 tokens causal 0.74x with it against 0.56x
+    with 128 x 128, 1,024 causal 0.74x against 0.64x; at d = 64, 512 causal 0.87x against
+    0.79x; non-causal within 2% either way. From 2,048 tokens 128-row blocks win again.
     """
     if not (runtime.is_gpu() if compiled is None else compiled):
         return _tiles(32, 32, 4, 1)
@@ -200,6 +211,8 @@ def forward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = No
         return _tiles(32, 32, 4, 2) if dtype == torch.float32 else _tiles(128, 64, 8, 2)
     if dtype == torch.float32:          # 4-byte tiles: half the keys fit in SRAM
         return _tiles(64, 32, 4, 2)
+    if seq_q is not None and seq_q <= SHORT:
+        return _tiles(64, 64, 4, 3)
     if width == 128:
         return _tiles(128, 128, 8, 3)
     return _tiles(128, 64, 8 if width == 64 else 4, 3)
@@ -274,7 +287,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     _check_kernel_inputs(q4, k4, v4)
     if not config and uses_decoding(q4.shape[1], k4.shape[1], q4.shape[2]):
         return _decode_forward(q4, k4, v4, squeeze, causal, _scale(q, sm_scale), {})
-    settings = {**forward_config(q4.shape[-1], q4.dtype), **config}
+    settings = {**forward_config(q4.shape[-1], q4.dtype, seq_q=q4.shape[2]), **config}
     if settings["block_m"] % settings["block_n"]:
         raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
                          "is block_m keys wide and is walked in tiles of block_n")
