@@ -58,7 +58,7 @@ def causal_diagonal(causal, seq_q: int, seq_k: int) -> int | None:
 def causal_mask(rows: torch.Tensor, cols: torch.Tensor, diagonal: int = 0) -> torch.Tensor:
     """True where query ``i`` may see key ``j``: ``j <= i + diagonal``
     (:func:`causal_diagonal`; 0 aligns the mask at the top left)."""
-    return cols[None, :] <= rows[:, None] + diagonal
+    return cols[None, :] <= (rows[:, None] + diagonal if diagonal else rows[:, None])
 
 
 def forward(q, k, v, causal: bool, sm_scale: float, block_m: int = 64, block_n: int = 64):
