@@ -118,7 +118,8 @@ def test_an_old_python_is_called_too_old(tmp_path):
 
 def _loads_libpython(python: str) -> bool:
     import subprocess
-    code = 'import sys; sys.exit(0 if any("libpython" in l for l in open("/proc/self/maps")) else 1)'
+    code = ('import sys; '
+            'sys.exit(0 if any("libpython" in l for l in open("/proc/self/maps")) else 1)')
     return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
 
 
