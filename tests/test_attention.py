@@ -123,6 +123,22 @@ def test_autograd_through_three_dimensional_inputs(fn):
         assert_close(leaf.grad, ref.grad, 4e-3, 4e-3, f"d{name}")
 
 
+@pytest.mark.parametrize("seq_q", [37, 3], ids=["one-pass", "split-KV"])
+def test_three_dimensional_inputs_save_an_lse_of_batch_by_queries(seq_q):
+    """CS336's interface: (batch, seq, d) in, the log-sum-exp saved for the backward is
+    (batch, queries), whichever forward kernel ran."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, seq_q, 32, generator=g).to(DEVICE)
+    k, v = (torch.randn(2, 40, 32, generator=g).to(DEVICE) for _ in range(2))
+    o, lse = A.flash_attention_forward(q, k, v, "bottom_right")
+    assert o.shape == q.shape and lse.shape == (2, seq_q) and lse.dtype == torch.float32
+    o_ref, lse_ref = A.attention_reference(q, k, v, "bottom_right")
+    assert_close(lse, lse_ref, 2e-3, 2e-3, "lse of 3-D inputs")
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    A.flash_attention(*leaves, causal="bottom_right").sum().backward()
+    assert all(leaf.grad is not None and leaf.grad.isfinite().all() for leaf in leaves)
+
+
 def test_strided_inputs_whose_rows_are_contiguous_are_read_in_place():
     """(batch, seq, heads, d) as models store it, viewed as (batch, heads, seq, d)."""
     g = torch.Generator().manual_seed(3)
