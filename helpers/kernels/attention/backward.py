@@ -35,6 +35,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .forward import load_rows
+
 LOG2_E = tl.constexpr(1.4426950408889634)
 
 
@@ -69,18 +71,12 @@ def _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row, stride_qm
         start_m = tl.multiple_of(start_m, BLOCK_M)
         rows = start_m + tl.arange(0, BLOCK_M)
         offsets = rows[:, None] * stride_qm + dims[None, :]
+        q = load_rows(q_head + offsets, rows, seq_q, in_head, MASKED, BLOCK_D == HEAD_DIM)
+        do = load_rows(do_head + offsets, rows, seq_q, in_head, MASKED, BLOCK_D == HEAD_DIM)
         if MASKED:
-            q = tl.load(q_head + offsets, mask=(rows[:, None] < seq_q) & in_head, other=0.0)
-            do = tl.load(do_head + offsets, mask=(rows[:, None] < seq_q) & in_head, other=0.0)
             lse = tl.load(lse_row + rows, mask=rows < seq_q, other=0.0)
             delta = tl.load(delta_row + rows, mask=rows < seq_q, other=0.0)
         else:
-            if BLOCK_D == HEAD_DIM:
-                q = tl.load(q_head + offsets)
-                do = tl.load(do_head + offsets)
-            else:
-                q = tl.load(q_head + offsets, mask=in_head, other=0.0)
-                do = tl.load(do_head + offsets, mask=in_head, other=0.0)
             lse = tl.load(lse_row + rows)
             delta = tl.load(delta_row + rows)
         # Transposed blocks (keys down, queries across): P^T = exp2(K Q^T * c - lse2).
@@ -163,15 +159,8 @@ def _dq_from_tiles(dq, q, do, lse, delta, k_head, v_head, stride_kn, rows,
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + tl.arange(0, BLOCK_N)
         offsets = cols[:, None] * stride_kn + dims[None, :]
-        if MASKED:
-            k = tl.load(k_head + offsets, mask=(cols[:, None] < seq_k) & in_head, other=0.0)
-            v = tl.load(v_head + offsets, mask=(cols[:, None] < seq_k) & in_head, other=0.0)
-        elif BLOCK_D == HEAD_DIM:
-            k = tl.load(k_head + offsets)
-            v = tl.load(v_head + offsets)
-        else:
-            k = tl.load(k_head + offsets, mask=in_head, other=0.0)
-            v = tl.load(v_head + offsets, mask=in_head, other=0.0)
+        k = load_rows(k_head + offsets, cols, seq_k, in_head, MASKED, BLOCK_D == HEAD_DIM)
+        v = load_rows(v_head + offsets, cols, seq_k, in_head, MASKED, BLOCK_D == HEAD_DIM)
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
         if CAUSAL and MASKED:
             p = tl.where(cols[None, :] <= rows[:, None] + diag, p, 0.0)

@@ -43,6 +43,20 @@ LN_2 = tl.constexpr(0.6931471805599453)     # the saved lse goes back to natural
 
 
 @triton.jit
+def load_rows(ptrs, rows, n_rows, in_head, MASK_ROWS: tl.constexpr, WHOLE_HEAD: tl.constexpr):
+    """A tile of rows of one head (Q, K, V or dO): with ``MASK_ROWS``, rows from ``n_rows``
+    on load as zeros; unless ``WHOLE_HEAD``, so do the columns past the head (``in_head``
+    false), when the head is held wider than it is."""
+    if MASK_ROWS:
+        x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & in_head, other=0.0)
+    elif WHOLE_HEAD:
+        x = tl.load(ptrs)
+    else:
+        x = tl.load(ptrs, mask=in_head, other=0.0)
+    return x
+
+
+@triton.jit
 def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
                      rows, start, stop, seq_k, diag, qk_scale,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -55,12 +69,7 @@ def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
         cols = start_n + tl.arange(0, BLOCK_N)
         k_ptrs = k_head + cols[:, None] * stride_kn + dims[None, :]
         v_ptrs = v_head + cols[:, None] * stride_vn + dims[None, :]
-        if MASKED:
-            k = tl.load(k_ptrs, mask=(cols[:, None] < seq_k) & in_head, other=0.0)
-        elif BLOCK_D == HEAD_DIM:
-            k = tl.load(k_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=in_head, other=0.0)
+        k = load_rows(k_ptrs, cols, seq_k, in_head, MASKED, BLOCK_D == HEAD_DIM)
         # >>> assignment: scores, masks, the online-softmax update, P @ V
         # BLOCK_M x BLOCK_N scores on the tensor cores, accumulated in fp32, in log2 units.
         s = tl.dot(q, tl.trans(k)) * qk_scale
@@ -76,12 +85,7 @@ def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
         p = tl.math.exp2(s - m_new[:, None])
         rescale = tl.math.exp2(m_i - m_new)
         l_i = l_i * rescale + tl.sum(p, 1)
-        if MASKED:
-            v = tl.load(v_ptrs, mask=(cols[:, None] < seq_k) & in_head, other=0.0)
-        elif BLOCK_D == HEAD_DIM:
-            v = tl.load(v_ptrs)
-        else:
-            v = tl.load(v_ptrs, mask=in_head, other=0.0)
+        v = load_rows(v_ptrs, cols, seq_k, in_head, MASKED, BLOCK_D == HEAD_DIM)
         # P goes to the tensor cores in the inputs' dtype; the sum stays fp32.
         acc = acc * rescale[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
