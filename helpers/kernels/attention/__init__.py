@@ -14,6 +14,9 @@
   the same algorithm as Triton kernels (:mod:`helpers.kernels.attention.forward`,
   :mod:`helpers.kernels.attention.backward`), O(N) memory, differentiable through
   :class:`FlashAttention`, which saves the log-sum-exp for the backward pass.
+* :func:`flash_decode_forward`: a few queries against many keys (decoding), the keys split
+  among programs and merged by their log-sum-exps (:mod:`helpers.kernels.attention.decode`);
+  :func:`flash_attention_forward` takes it by itself for short queries (:func:`uses_decoding`).
 
 Shapes: ``q`` is ``(batch, seq_q, d)`` or ``(batch, heads, seq_q, d)``; ``k`` and ``v`` are
 ``(batch, seq_k, d)`` or ``(batch, kv_heads, seq_k, d)`` with ``heads`` a multiple of
