@@ -1,7 +1,8 @@
 """Start an IPython kernel for a submission, with limits set before any of its code runs.
 
 The grader runs this file as the kernel's command (``python kernel_launcher.py
---memory-mb N --file-mb N -f CONNECTION_FILE``), inside the sandbox when there is one
+--memory-mb N --file-mb N -f CONNECTION_FILE``; with ``--collect`` first, the clean
+collection process of :mod:`.clean_run` instead of a kernel), inside the sandbox when there is one
 (:mod:`helpers.grading.sandbox`), by path, so that nothing of the course is imported
 before the limits hold. Limits set here bind the kernel process and everything it runs:
 
@@ -28,6 +29,8 @@ import sys
 
 def main(argv: list[str]) -> None:
     memory_mb = file_mb = None
+    collect = argv[:1] == ["--collect"]      # the clean collection process, not a kernel
+    argv = argv[1:] if collect else argv
     while argv[:1] in (["--memory-mb"], ["--file-mb"]):
         if argv[0] == "--memory-mb":
             memory_mb = int(argv[1])
@@ -57,6 +60,11 @@ def main(argv: list[str]) -> None:
     import faulthandler
 
     faulthandler.enable()  # a segfault prints "Fatal Python error" and a traceback to the log
+    if collect:
+        from helpers.grading import clean_run
+
+        clean_run.main()
+        return
     from ipykernel.kernelapp import launch_new_instance
 
     # No input history: nobody reads it back, and the kernel skips making its database.

@@ -19,11 +19,20 @@ from __future__ import annotations
 
 import re
 import secrets
-from pathlib import Path
+import zlib
 
 from . import registry, static
-from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
-                     UNCHECKED, PartResult)
+from .report import (
+    CRASHED,
+    ERROR,
+    FAILED,
+    NEEDS_GPU,
+    NOT_IMPLEMENTED,
+    PASSED,
+    TIMED_OUT,
+    UNCHECKED,
+    PartResult,
+)
 
 ANSWERS = registry.ANSWERS     # the collection of every napkin-math answer
 SEED = registry.SEED
@@ -32,21 +41,6 @@ SEED = registry.SEED
 def unit_of(part: registry.Part) -> str:
     """The collection a part's raw results come from."""
     return part.unit if part.collect is not None else ANSWERS
-
-
-def collect_code(assignment: str, unit: str, seed: int, path: str) -> str:
-    """The lines the grader runs in the submission's kernel to collect ``unit``."""
-    return f"""\
-def _course_collect():
-    import sys
-    for name in [n for n in sys.modules if n == "helpers" or n.startswith("helpers.")]:
-        del sys.modules[name]
-    import helpers.grading.registry as registry
-    registry.collect_to_file({assignment!r}, {unit!r}, {seed!r}, sys._getframe(1).f_globals,
-                             {path!r})
-_course_collect()
-del _course_collect
-"""
 
 
 def _defining_cell(cells, name: str):
@@ -103,48 +97,51 @@ def explain_undefined(result: PartResult, cells, cell_results) -> None:
 class Collection:
     """What one collection gave: raw results, or why there are none (a failed result)."""
 
-    def __init__(self, data: dict | None = None, failure: PartResult | None = None):
+    def __init__(self, data: dict | None = None, failure: PartResult | None = None,
+                 calls=(), tampered: str = ""):
         self.data, self.failure = data, failure
+        self.calls, self.tampered = list(calls), tampered
 
 
-def _collect(run, spec, unit: str, seed: int, tmp: str, limits) -> Collection:
+def unit_seed(seed: int, unit: str) -> int:
+    """The seed one unit is collected on: the grader's seed never leaves the grader."""
+    return zlib.crc32(f"{seed}/{unit}".encode()) & 0x7FFFFFFF
+
+
+def clean_collector(spec, cells, tmp: str, mode: str, limits):
+    from .clean import CleanCollector
+
+    return CleanCollector(spec.name, cells, cwd=tmp, mode=mode, limits=limits)
+
+
+def collected(reply, first, limits, names: str) -> Collection:
+    """A :class:`~helpers.grading.clean.Reply` as a collection (or the failure it is)."""
+    def fail(status, message):
+        return Collection(failure=PartResult(first.key, first.title, 0, first.points, status,
+                                             message, reply.seconds), calls=reply.calls)
+    if reply.kind == "raw":
+        return Collection(reply.data, calls=reply.calls)
+    if reply.kind == "tampered":
+        return Collection(failure=PartResult(
+            first.key, first.title, 0, first.points, ERROR,
+            "not graded: the notebook's code changes the course's code while it is graded; "
+            "your instructor will look at it"), tampered=reply.text)
+    if reply.kind == "timeout":
+        return fail(TIMED_OUT, f"the check was stopped after {limits.part_timeout:g} s (the "
+                               f"time limit): something in {names} never finishes (an "
+                               "infinite loop?)")
+    if reply.kind == "died":
+        return fail(CRASHED, f"checking this part crashed the collection process: "
+                             f"{reply.text}")
+    if reply.kind == "defined":
+        return fail(ERROR, "the check could not run (the collection process restarted)")
+    return fail(ERROR, f"the check could not run: {reply.text}")
+
+
+def _collect(collector, spec, unit: str, seed: int, limits) -> Collection:
     parts = [p for p in spec.parts if unit_of(p) == unit]
-    first = parts[0]
-    if run.session is None or not run.session.alive():
-        if not run.revive():
-            return Collection(failure=PartResult(first.key, first.title, 0, first.points,
-                                                 CRASHED, "not checked: the kernel kept "
-                                                 "crashing"))
-    path = Path(tmp) / f"raw-{secrets.token_hex(8)}.pt"
-    ex = run.session.run(collect_code(spec.name, unit, seed, str(path)), limits.part_timeout)
-    names = ", ".join(dict.fromkeys(n for p in parts for n in p.names))
-    failure = None
-    if ex.status == "timeout":
-        failure = PartResult(first.key, first.title, 0, first.points, TIMED_OUT,
-                             f"the check was stopped after {limits.part_timeout:g} s (the time "
-                             f"limit): something in {names} never finishes (an infinite loop?)",
-                             round(ex.seconds, 2))
-    elif ex.status == "died":
-        failure = PartResult(first.key, first.title, 0, first.points, CRASHED,
-                             f"checking this part crashed the kernel: {ex.reason}",
-                             round(ex.seconds, 2))
-    elif ex.status != "ok":
-        failure = PartResult(first.key, first.title, 0, first.points, ERROR,
-                             f"the check could not run in this notebook: {ex.ename}: "
-                             f"{ex.evalue}", round(ex.seconds, 2))
-    if not ex.alive:
-        run.revive()
-    if failure is not None:
-        return Collection(failure=failure)
-    try:
-        data = registry.read_results(path)
-    except registry.UnreadableResults as err:
-        return Collection(failure=PartResult(first.key, first.title, 0, first.points, ERROR,
-                                             f"the check's results could not be read: {err} "
-                                             "(does the notebook interfere with the grader?)"))
-    finally:
-        path.unlink(missing_ok=True)
-    return Collection(data)
+    names = ", ".join(dict.fromkeys(n for p in parts for n in p.names)) or "the notebook"
+    return collected(collector.collect(unit, unit_seed(seed, unit)), parts[0], limits, names)
 
 
 def _judged(part, collection: Collection, cells, cell_results) -> PartResult:
@@ -184,7 +181,6 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
     grader's tools (its verdicts are withheld), code that hides what it runs, kernels
     copied from the course.
     """
-    from ..feedback import needs_gpu
 
     changes, hidden = static.tampering(cells)
     notes = [f"possible tampering with the grader: {c}" for c in changes]
@@ -198,6 +194,18 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
                 for p in spec.parts], notes
     launches = static.launches_a_kernel(cells)
     seed = secrets.randbits(31)     # drawn now: the notebook has finished running
+    collector = clean_collector(spec, cells, tmp, mode, limits)
+    try:
+        return _grade(spec, collector, cells, cell_results, mode, limits, seed, launches,
+                      notes)
+    finally:
+        collector.stop()
+
+
+def _grade(spec, collector, cells, cell_results, mode, limits, seed, launches, notes):
+    from ..feedback import needs_gpu
+    from .reuse import problem
+
     collections: dict[str, Collection] = {}
     results: dict[str, PartResult] = {}
     for part in spec.parts:
@@ -218,10 +226,13 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
                 continue
         unit = unit_of(part)
         if unit not in collections:
-            collections[unit] = _collect(run, spec, unit, seed, tmp, limits)
+            collections[unit] = _collect(collector, spec, unit, seed, limits)
             data = collections[unit].data
             if data is not None and data.get("ok") and isinstance(data.get("raw"), dict):
-                data["raw"][SEED] = seed     # the judge checks every trial used it
+                data["raw"][SEED] = unit_seed(seed, unit)   # the judge checks every trial
+            if collections[unit].tampered:
+                notes.append("possible tampering with the grader, at run time: "
+                             + collections[unit].tampered.replace("\n", "; "))
         collection = collections[unit]
         if collection.failure is not None:
             failure = collection.failure
@@ -239,10 +250,16 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
                                 "the notebook launches no @triton.jit kernel of its own "
                                 "(no kernel[grid](...) anywhere in it): the graded function "
                                 "must launch one", result.seconds)
+        reused = problem(part, collection.data, collection.calls, collector.statement_calls)
+        if reused:
+            notes.append(f"part {part.key}: {reused}")
+            if result.status == PASSED:
+                result = PartResult(part.key, part.title, 0, part.points, FAILED, reused,
+                                    result.seconds)
         results[part.key] = result
-    raws = {unit: c.data.get("raw") for unit, c in collections.items()
-            if c.data is not None and c.data.get("ok")}
-    return [results[p.key] for p in spec.parts], notes + copy_notes(raws)
+    refused = {r for c in collections.values() if c.data for r in c.data.get("refused") or ()}
+    notes += [f"refused at run time: {r}" for r in sorted(refused)]
+    return [results[p.key] for p in spec.parts], notes
 
 
 def _kernel_trials(collection: Collection) -> bool:
@@ -251,23 +268,3 @@ def _kernel_trials(collection: Collection) -> bool:
     (a pruning rule, a key) graded on the grader's inputs."""
     raw = (collection.data or {}).get("raw")
     return isinstance(raw, dict) and "trials" in raw
-
-
-def copy_notes(raws: dict) -> list[str]:
-    """A note for each kernel of the notebook that is one of the course's own kernels up to
-    renaming: a flag for the instructor to look at, never a verdict (no points change)."""
-    from .similarity import course_copy
-
-    sources = {}
-    for raw in raws.values():
-        for trial in (raw.get("trials") or []) if isinstance(raw, dict) else []:
-            if isinstance(trial, dict) and isinstance(trial.get("sources"), dict):
-                sources.update({str(k): v for k, v in trial["sources"].items()
-                                if isinstance(v, str)})
-    notes = []
-    for name, source in sorted(sources.items()):
-        copied = course_copy(source)
-        if copied:
-            notes.append(f"kernel {name} is the course's {copied} up to renaming (a flag for "
-                         "the instructor; no points were taken)")
-    return notes

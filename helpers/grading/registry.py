@@ -344,6 +344,9 @@ def _encode(obj):
     return obj
 
 
+encode = _encode     # the clean collection process writes raw results with it
+
+
 def _decode(obj):
     if isinstance(obj, dict):
         if set(obj) == {"__set__"}:
@@ -394,14 +397,21 @@ def read_results(path) -> dict:
     (never a link, a FIFO or a device a notebook may have put there), its size capped,
     then unpickled from memory with ``weights_only=True``.
     """
-    import torch
-
     from .sandbox import Refused, read_regular_file
 
     try:
         data = read_regular_file(path, MAX_RAW_BYTES)
     except Refused as err:
         raise UnreadableResults(f"the results file was refused: {err}") from None
+    return read_bytes(data)
+
+
+def read_bytes(data: bytes) -> dict:
+    """Raw results from their bytes, read as data only (``weights_only=True``)."""
+    import torch
+
+    if len(data) > MAX_RAW_BYTES:
+        raise UnreadableResults(f"the results are larger than {MAX_RAW_BYTES >> 20} MiB")
     try:
         data = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - anything but our own data

@@ -16,6 +16,12 @@ Everything else must match: attribute names (``tl.load``, ``.to``), keyword name
 (``mask=``), global names (``tl``), operators, constants and the shape of the code. The
 normal form is Python's own: :mod:`ast` parses the source and ``ast.unparse`` writes the
 renamed tree back, so formatting and comments vanish by construction.
+
+A second, looser form catches a copy edited to look different: statements that do nothing
+(``pass``, a bare constant, ``x = x``, ``x = x + 0``) are dropped, every local name becomes
+one placeholder, and the statements are compared as a bag, so independent lines put in
+another order still match. It applies to kernels of at least :data:`MIN_BAG` statements:
+shorter ones are too few lines to tell a copy from the same idea written twice.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import textwrap
 from .static import parse
 
 KERNEL_PACKAGE = "helpers.kernels"
+MIN_BAG = 5
 
 
 def _function(tree: ast.AST) -> ast.FunctionDef | None:
@@ -60,13 +67,26 @@ class _Renamer(ast.NodeTransformer):
         return node
 
 
+def _first_function(source: str) -> ast.FunctionDef | None:
+    """The first function in ``source``; None if there is none or it does not parse."""
+    try:
+        return _function(parse(textwrap.dedent(source)))
+    except (SyntaxError, RecursionError, ValueError):
+        return None
+
+
+def _locals(fn) -> set[str]:
+    """The names a function chooses: its parameters and what it assigns."""
+    args = fn.args
+    local = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    local |= {a.arg for a in (args.vararg, args.kwarg) if a}
+    return local | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                    and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
 def normal_form(source: str) -> str | None:
     """The first function in ``source``, renamed and stripped; None if it does not parse."""
-    try:
-        tree = parse(textwrap.dedent(source))
-    except SyntaxError:
-        return None
-    fn = _function(tree)
+    fn = _first_function(source)
     if fn is None:
         return None
     fn.decorator_list = []
@@ -74,15 +94,64 @@ def normal_form(source: str) -> str | None:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
         fn.body = body[1:] or [ast.Pass()]
-    args = fn.args
-    local = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
-    local |= {a.arg for a in (args.vararg, args.kwarg) if a}
-    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
-              and isinstance(n.ctx, (ast.Store, ast.Del))}
-    renamer = _Renamer(local)
+    renamer = _Renamer(_locals(fn))
     fn.name = "_kernel"
     renamer.visit(fn)
     return ast.unparse(ast.Module(body=[fn], type_ignores=[]))
+
+
+class _OneName(ast.NodeTransformer):
+    def __init__(self, local: set[str]):
+        self.local = local
+
+    def visit_Name(self, node: ast.Name):
+        if node.id in self.local:
+            node.id = "_"
+        return node
+
+
+def _no_op(node) -> bool:
+    """``pass``, a bare constant (a docstring), ``x = x``, ``x = x + 0``, ``x = x * 1``."""
+    if isinstance(node, ast.Pass):
+        return True
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+        return True
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+            and isinstance(node.targets[0], ast.Name):
+        value, name = node.value, node.targets[0].id
+        if isinstance(value, ast.Name) and value.id == name:
+            return True
+        if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name) \
+                and value.left.id == name and isinstance(value.right, ast.Constant) \
+                and (isinstance(value.op, (ast.Add, ast.Sub)) and value.right.value == 0
+                     or isinstance(value.op, (ast.Mult, ast.Div)) and value.right.value == 1):
+            return True
+    if isinstance(node, ast.AugAssign) and isinstance(node.value, ast.Constant) \
+            and (isinstance(node.op, (ast.Add, ast.Sub)) and node.value.value == 0
+                 or isinstance(node.op, (ast.Mult, ast.Div)) and node.value.value == 1):
+        return True
+    return False
+
+
+def bag_form(source: str) -> tuple[str, ...] | None:
+    """The statements of the first function in ``source``, no-ops dropped, every local
+    name one placeholder, sorted; None if it does not parse or is too short to judge."""
+    fn = _first_function(source)
+    if fn is None:
+        return None
+    local = _locals(fn)
+    statements = []
+    for node in ast.walk(fn):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        for stmt in body + list(getattr(node, "orelse", []) or []):
+            if _no_op(stmt) or isinstance(stmt, (ast.For, ast.While, ast.If, ast.With)):
+                continue
+            statements.append(ast.unparse(_OneName(local).visit(ast.parse(ast.unparse(stmt)))))
+    if len(statements) < MIN_BAG:
+        return None
+    return tuple(sorted(statements))
 
 
 def _jit_source(obj) -> tuple[str, str] | None:
@@ -106,10 +175,27 @@ def _jit_source(obj) -> tuple[str, str] | None:
 
 
 @functools.lru_cache(maxsize=1)
+def course_bags() -> dict[tuple[str, ...], str]:
+    """``{bag form: qualified name}`` of the course's kernels long enough to have one."""
+    return {bag: name for source, name in _course_sources()
+            if (bag := bag_form(source)) is not None}
+
+
 def course_kernels() -> dict[str, str]:
     """``{normal form: qualified name}`` of every ``@triton.jit`` function in helpers.kernels."""
-    package = importlib.import_module(KERNEL_PACKAGE)
     found = {}
+    for source, name in _course_sources():
+        form = normal_form(source)
+        if form is not None:
+            found.setdefault(form, name)
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _course_sources() -> list[tuple[str, str]]:
+    """``(source, qualified name)`` of every ``@triton.jit`` function in helpers.kernels."""
+    package = importlib.import_module(KERNEL_PACKAGE)
+    found = []
     # walk_packages goes into the op families (helpers.kernels.matmul.ladder, ...) too.
     for info in sorted(pkgutil.walk_packages(package.__path__, KERNEL_PACKAGE + "."),
                        key=lambda i: i.name):
@@ -119,9 +205,7 @@ def course_kernels() -> dict[str, str]:
             got = _jit_source(obj)
             if got is None or got[0] != name:       # defined elsewhere, imported here
                 continue
-            form = normal_form(got[1])
-            if form is not None:
-                found.setdefault(form, f"{name}.{attr}")
+            found.append((got[1], f"{name}.{attr}"))
     return found
 
 
@@ -131,4 +215,8 @@ def course_copy(source: str) -> str | None:
     ``source`` is a kernel's text as ``inspect.getsource`` gives it (decorator or not).
     """
     form = normal_form(source)
-    return None if form is None else course_kernels().get(form)
+    exact = None if form is None else course_kernels().get(form)
+    if exact:
+        return exact
+    bag = bag_form(source)
+    return None if bag is None else course_bags().get(bag)

@@ -15,6 +15,8 @@ from ...feedback import Feedback, graded_number, not_implemented
 from ..registry import SEED, Part, answer
 from .task import Case, KernelTask, dtype_name
 
+MAX_BLOCK = 1 << 20     # Triton's largest block (tl.arange): no kernel's constexpr is larger
+
 
 @dataclass
 class Trial:
@@ -55,12 +57,59 @@ class Verdict:
         records = [rec for rec in raw["trials"] if isinstance(rec, dict)]
         self.blocks = next((rec.get("blocks") for rec in records
                             if isinstance(rec.get("blocks"), dict) and rec.get("blocks")), {})
-        self.trials = [self._judge(rec) for rec in records]
+        seed = raw.get(SEED)
+        odd = None
+        if isinstance(seed, int) and records:
+            records, odd = self._own_cases(seed, records)
+        else:
+            records = [(rec, None) for rec in records]
+        self.trials = [self._judge(rec, case) for rec, case in records]
         self.watched = [t for t in self.trials if not t.case.compiled]
         self.compiled = [t for t in self.trials if t.case.compiled]
-        seed = raw.get(SEED)
-        if isinstance(seed, int) and self.trials:
+        if odd:
+            self._refuse(Case(odd, {}), f"the record of the run is not the grader's: {odd} "
+                                        "(was the grader tampered with?)")
+        elif isinstance(seed, int) and self.trials:
             self._check_cover(seed)
+
+    def _wanted(self, seed: int, first: dict, compiled: bool = True) -> list[Case]:
+        """The trials the seed calls for, from the grader's own list: the sizes follow the
+        first trial's block sizes, as in collect."""
+        task = self.task
+        blocks = first.get("blocks") if isinstance(first.get("blocks"), dict) else {}
+        wanted = [task.first()]
+        if not first.get("not_implemented"):
+            wanted += [c for c in task.cases(blocks) if c.label != wanted[0].label]
+            if runtime.is_gpu() and compiled:
+                wanted += task.compiled_cases(blocks)
+        return [c.seeded(seed) for c in wanted]
+
+    def _own_cases(self, seed: int, records: list[dict]):
+        """Each record paired with the grader's own case of that label (its parameters are
+        the grader's, never the record's), and what is odd about the record, if anything:
+        a trial the grader did not ask for, one run twice, block sizes no kernel has."""
+        blocks = self.blocks
+        if not all(isinstance(k, str) and isinstance(v, (int, bool, str, float)) and
+                   (not isinstance(v, int) or abs(v) <= MAX_BLOCK) for k, v in blocks.items()):
+            return [], "its block sizes are not a kernel's"
+        wanted = {(c.label, c.compiled): c for c in self._wanted(seed, records[0])}
+        paired, seen = [], set()
+        for rec in records:
+            key = (str(rec.get("label", "?")), bool(rec.get("compiled")))
+            if key not in wanted:
+                return [], f"trial {key[0]} was not asked for"
+            if key in seen:
+                return [], f"trial {key[0]} was run twice"
+            seen.add(key)
+            case = wanted[key]
+            paired.append((rec, Case(case.label, case.params, _int(rec.get("seed")),
+                                     case.compiled)))
+        return paired, None
+
+    def _refuse(self, case: Case, problem: str) -> None:
+        self.trials.insert(0, Trial(case, {"error": None}, problem))
+        self.watched = [t for t in self.trials if not t.case.compiled]
+        self.compiled = [t for t in self.trials if t.case.compiled]
 
     def _check_cover(self, seed: int) -> None:
         """Every trial the seed calls for is in the record, made from that seed.
@@ -69,31 +118,23 @@ class Verdict:
         inputs, say) or ran them on inputs of its own choosing fails here, whatever the
         trials it kept say.
         """
-        task, first = self.task, self.trials[0]
-        blocks = first.rec.get("blocks") if isinstance(first.rec.get("blocks"), dict) else {}
-        wanted = [task.first()]         # the sizes follow the first trial's blocks, as in collect
-        if not first.rec.get("not_implemented"):
-            wanted += [c for c in task.cases(blocks) if c.label != wanted[0].label]
-            if runtime.is_gpu() and not any(t.raised for t in self.watched):
-                wanted += task.compiled_cases(blocks)
         have = {(t.case.label, t.case.compiled): t.case.seed for t in self.trials}
-        for case in wanted:
-            expected = case.seeded(seed)
-            got = have.get((case.label, case.compiled))
+        compiled = not any(t.raised for t in self.watched)
+        for expected in self._wanted(seed, self.trials[0].rec, compiled):
+            got = have.get((expected.label, expected.compiled))
             if got != expected.seed:
                 why = "is missing" if got is None else "ran on other inputs"
-                problem = (f"the record of the run is not the grader's: trial {case.label} "
-                           f"{why} (was the grader tampered with?)")
-                self.trials.insert(0, Trial(expected, {"error": None}, problem))
-                self.watched = [t for t in self.trials if not t.case.compiled]
-                self.compiled = [t for t in self.trials if t.case.compiled]
+                self._refuse(expected, f"the record of the run is not the grader's: trial "
+                                       f"{expected.label} {why} (was the grader tampered "
+                                       "with?)")
                 return
 
     # -- one trial ------------------------------------------------------------------
 
-    def _judge(self, rec: dict) -> Trial:
-        case = Case(str(rec.get("label", "?")), dict(rec.get("params") or {}),
-                    _int(rec.get("seed")), bool(rec.get("compiled")))
+    def _judge(self, rec: dict, case: Case | None = None) -> Trial:
+        if case is None:        # a record judged without the grader's seed (the notebook's)
+            case = Case(str(rec.get("label", "?")), dict(rec.get("params") or {}),
+                        _int(rec.get("seed")), bool(rec.get("compiled")))
         trial = Trial(case, rec)
         trial.problem = self._problem(trial)
         return trial

@@ -1,0 +1,56 @@
+"""The course's own code used for a graded part: the part scores 0, with a note.
+
+The clean collection process (:mod:`.clean_run`) reports three kinds of reuse, however the
+course's code was reached (an alias, a default argument, an attribute, a copy):
+
+* calls into an answer-bearing course function (the op families, the grader's own rules,
+  the intensity models, ...) made with the notebook's code on the stack while a unit was
+  collected, or while the statement that binds a graded name ran;
+* a ``@triton.jit`` function of the notebook that calls one of the course's jitted
+  functions (a device function counts as much as the launched kernel);
+* a jitted function of the notebook, launched or called from the launched kernel, that is
+  one of the course's up to renaming (:func:`helpers.grading.similarity.course_copy`).
+
+A notebook may import the course and call it anywhere else (to plot, to compare, to time);
+only what decides a graded part is read.
+"""
+
+from __future__ import annotations
+
+
+def _launched(raw) -> list[str]:
+    names = []
+    for trial in (raw.get("trials") or []) if isinstance(raw, dict) else []:
+        if isinstance(trial, dict) and isinstance(trial.get("sources"), dict):
+            names += [str(k) for k in trial["sources"]]
+    return list(dict.fromkeys(names))
+
+
+def problem(part, data: dict | None, calls, statement_calls: dict) -> str | None:
+    """What of the course's code decided ``part``, in words for the learner, or None."""
+    from .similarity import course_copy
+
+    used = list(dict.fromkeys(calls))
+    for name in part.names:
+        used += [c for c in statement_calls.get(name, ()) if c not in used]
+    if used:
+        return (f"uses the course's own {used[0]}"
+                + (f" (and {len(used) - 1} more)" if len(used) > 1 else "")
+                + ": a graded part must be your own work, not the course's code")
+    kernels = (data or {}).get("kernels")
+    if not isinstance(kernels, dict):
+        return None
+    for name in _launched((data or {}).get("raw")):
+        info = kernels.get(name)
+        if not isinstance(info, dict):
+            continue
+        course = [str(c) for c in info.get("course") or []]
+        if course:
+            return (f"your kernel {name} calls the course's {course[0]}: write the device "
+                    "code yourself")
+        for fn, source in sorted((info.get("sources") or {}).items()):
+            copied = course_copy(source) if isinstance(source, str) else None
+            if copied:
+                return (f"your kernel function {fn} is the course's {copied} up to renaming: "
+                        "write your own")
+    return None

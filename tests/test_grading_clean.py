@@ -1,0 +1,192 @@
+"""Collection in a clean process: what a notebook does in its own kernel decides nothing.
+
+Each plant is an attack of one class, written the way the grader's source reading does not
+see it (an alias it does not follow, a name put together at run time), on assignment 03:
+
+* a hook the notebook's own interpreter offers (IPython's events) that rewrites the record
+  of a collection as it is saved: the clean process has no IPython and never runs the
+  notebook's top-level calls, so the hook never runs where the record is made;
+* the course rebound through an alias (``setattr`` on the grader's registry): the clean
+  process sees the rebinding and withholds the verdicts;
+* a trace hook installed through a name put together at run time: refused by the audit
+  hook, the attempt named for the instructor;
+* graded numbers computed by the course's own napkin math, reached through a default
+  argument: those parts score 0, with a note;
+* a kernel that hands its work to the course's kernel, called as a device function;
+* the course's kernel pasted with trivial edits (renamed, lines swapped, a no-op added).
+
+Every attack scores at most what the blank notebook scores on the parts it attacks, the
+honest student beside them keeps full marks, and the grader exits 0 with a gradebook.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from planting import (
+    LIMITS,
+    assert_loses_exactly,
+    blank,
+    cpu_mode_problem,
+    edit,
+    write_plants,  # tests/planting.py
+)
+
+import helpers
+from helpers.grading import grader, registry
+
+ASSIGNMENT = "03_vector_add_intensity"
+cpu_only = pytest.mark.skipif(helpers.is_gpu(), reason="expected scores are CPU mode's")
+
+# After the collection in the notebook's kernel, rewrite the record it saved with the
+# right napkin numbers (the path is in the collection code's text).
+IPYTHON_EVENT = """
+import re as _re
+import torch as _torch
+from helpers import intensity as _intensity
+_shell = get_ipython()
+def _after_each_cell(*args):
+    text = _shell.user_ns.get("_ih", [""])[-1]
+    found = _re.search(r"'(/[^']*raw-[0-9a-f]+\\.pt)'", text)
+    if found:
+        work = _intensity.vector_add(10**9, _torch.float16)
+        _torch.save({"ok": True, "seconds": 0.0, "raw": {
+            "add_flops": work.flops, "add_bytes": work.nbytes,
+            "add_intensity": work.intensity}}, found.group(1))
+_shell.events.register("post_execute", _after_each_cell)
+"""
+
+# The registry rebound through a name the source reading does not follow.
+REBIND = """
+import helpers
+from helpers.feedback import Feedback as _Feedback
+_course = helpers
+_registry = _course.grading.registry
+def _everything(assignment, key, namespace, seed):
+    return {"add_flops": 1e9}
+_done = setattr(_registry, "collect", _everything)
+"""
+
+TRACE = """
+import sys as _s
+_name = "set" + "trace"
+def _tracer(frame, event, arg):
+    return None
+_on = getattr(_s, _name)(_tracer)
+"""
+
+DEFAULT_ARGUMENT = """
+import torch
+import helpers
+def _count(n, _work=helpers.intensity.vector_add):
+    return _work(n, torch.float16)
+add_flops = _count(10**9).flops
+add_bytes = _count(10**9).nbytes
+add_intensity = _count(10**9).intensity
+"""
+
+DEVICE_CALL = """
+from helpers.kernels import vector_add as _course_kernels
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, c_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    _course_kernels.add_kernel(a_ptr, b_ptr, c_ptr, n_elements, BLOCK_SIZE)
+"""
+
+PASTED = '''
+@triton.jit
+def add_kernel(x, y, out, n, BLOCK_SIZE: tl.constexpr):
+    """my own kernel"""
+    pid = tl.program_id(axis=0)
+    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    m = offs < n
+    yv = tl.load(y + offs, mask=m)
+    xv = tl.load(x + offs, mask=m)
+    pid = pid + 0
+    s = xv.to(tl.float32) + yv.to(tl.float32)
+    tl.store(out + offs, s.to(out.dtype.element_ty), mask=m)
+'''
+
+NAPKIN = ("1a", "1b", "1c", "1d", "1e", "2a", "2b", "2c", "2d", "2e", "5a", "5b", "5e")
+
+
+def _blank_plus(source):
+    def plant(solution):
+        return edit(append=[source])(nbformat.read(blank(ASSIGNMENT), as_version=4))
+    return plant
+
+
+def _kernel_cell_replaced(source):
+    """The solution with its add_kernel cell's kernel replaced by ``source``."""
+    def plant(solution):
+        nb = edit()(solution)
+        (cell,) = [c for c in nb.cells if c.cell_type == "code" and "def add_kernel" in c.source]
+        cell.source = source.strip() + "\n"
+        return nb
+    return plant
+
+
+PLANTS = {
+    "ipython_event": (_blank_plus(IPYTHON_EVENT), {}),
+    "rebind": (_blank_plus(REBIND), {}),
+    "trace": (_blank_plus(TRACE), {}),
+    "default_argument": (_blank_plus(DEFAULT_ARGUMENT), {}),
+    "device_call": (_kernel_cell_replaced(DEVICE_CALL), {"3a": "course", "3b": ""}),
+    "pasted": (_kernel_cell_replaced(PASTED), {"3a": "up to renaming", "3b": ""}),
+}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """The plants graded in one parallel run (the solution and the blank are graded, and
+    asserted, by tests/test_grading_03.py: the blank scores 0 in CPU mode)."""
+    problem = cpu_mode_problem()
+    if problem:
+        pytest.skip(f"CPU-mode grading cannot run here: {problem}")
+    root = tmp_path_factory.mktemp("clean_plants")
+    found = grader.grade_many(write_plants(root, ASSIGNMENT, PLANTS), assignment=ASSIGNMENT,
+                              limits=LIMITS, mode="cpu", jobs=2)
+    return {r.student: r.to_dict() for r in found}
+
+
+def _parts(report):
+    return {p["key"]: p for p in report["parts"]}
+
+
+@cpu_only
+@pytest.mark.parametrize("name", ["ipython_event", "rebind", "trace", "default_argument"])
+def test_an_attack_on_a_blank_notebook_scores_what_the_blank_scores(reports, name):
+    report = reports[name]
+    assert report["score"] == 0, report
+    assert not report.get("error"), report["error"]
+
+
+@cpu_only
+def test_a_rebound_course_is_seen_in_the_clean_process_and_its_verdicts_withheld(reports):
+    report = reports["rebind"]
+    assert any("at run time" in n and "registry.collect" in n for n in report["notes"]), \
+        report["notes"]
+    assert all(p["status"] in ("error", "needs a GPU") for p in report["parts"]), report
+
+
+@cpu_only
+def test_a_trace_hook_is_refused_and_named_for_the_instructor(reports):
+    assert any("sys.settrace" in n for n in reports["trace"]["notes"]), reports["trace"]
+
+
+@cpu_only
+def test_numbers_computed_by_the_course_score_zero_with_a_note(reports):
+    parts = _parts(reports["default_argument"])
+    for key in ("1a", "1b", "1c"):
+        assert parts[key]["points"] == 0, parts[key]
+        assert "helpers.intensity" in parts[key]["message"], parts[key]
+    notes = reports["default_argument"]["notes"]
+    assert any("part 1a" in n and "helpers.intensity" in n for n in notes), notes
+
+
+@cpu_only
+@pytest.mark.parametrize("name", ["device_call", "pasted"])
+def test_a_kernel_that_is_the_courses_loses_exactly_its_parts(reports, name):
+    _, expected = PLANTS[name]
+    assert_loses_exactly(reports[name], registry.get(ASSIGNMENT), expected)
+    assert any("part 3a" in n for n in reports[name]["notes"]), reports[name]["notes"]
