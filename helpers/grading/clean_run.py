@@ -189,7 +189,8 @@ def _define(cells, namespace: dict, mark) -> list[dict]:
 
 
 def _collect(spec, request: dict, namespace: dict, extra, registry) -> dict:
-    """One unit's raw results, as :func:`registry.collect_to_file` makes them."""
+    """One unit's raw results (:func:`registry.read_bytes` reads them): ``ok`` and the
+    encoded ``raw`` results, or what went wrong; the seconds it took."""
     start = time.perf_counter()
     unit, seed = request["unit"], int(request["seed"])
     try:

@@ -23,7 +23,7 @@ reads, and for a graded function a ``collect`` run in the learner's process)::
     PARTS = (Part("H1", "odd sizes", 2, _judge, ("vector_add",), collect=_collect,
                   group="hidden"),)
 
-Its parts are graded after the assignment's own, in the same kernel, and reported like them:
+Its parts are graded after the assignment's own, and reported like them:
 points, status and message in the table, the JSON report, the learner's Markdown feedback and
 a gradebook column each. Their keys must differ from the assignment's. A part may wait for
 a group of the assignment (``after="kernel"``), be graded only on a GPU (``gpu=True``) or
@@ -31,10 +31,12 @@ share a group's collection with another hidden part; a graded kernel is held to 
 as the built-in ones (it must launch a kernel of the notebook's own).
 
 Where it runs: the module is imported here, in the grader's process, where its judges run.
-For collection its *source* is sent to the submission's kernel only after the notebook's
-cells have run, and executed there in memory: it is never written into the sandbox, so no
-cell can read it. (The learner's functions run while it collects and could see it in memory,
-but a sandboxed kernel has no way out: no network, and its scratch folder is deleted.)
+For collection its *source* is sent to a clean collection process of its own
+(:mod:`.clean_run`: the notebook's definitions, never its cells) only after the definitions
+have run, and executed there in memory: it is never written into the sandbox, so no cell
+and no definition can read it. (The learner's functions run while it collects and could
+see it in memory, but a sandboxed process has no way out: no network, and its scratch
+folder is deleted.)
 Without the sandbox (``--no-sandbox``) a notebook can read any file this user can, hidden
 checks included.
 """
@@ -48,8 +50,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import parts, registry, static
-from .report import (CRASHED, ERROR, FAILED, NEEDS_GPU, NOT_IMPLEMENTED, PASSED, TIMED_OUT,
-                     UNCHECKED, PartResult)
+from .report import (
+    ERROR,
+    FAILED,
+    NEEDS_GPU,
+    NOT_IMPLEMENTED,
+    PASSED,
+    UNCHECKED,
+    PartResult,
+)
 
 
 class ChecksError(ValueError):
@@ -121,43 +130,7 @@ def load(path) -> Checks:
 
 
 # --------------------------------------------------------------------------------------
-# Collecting, in the submission's kernel.
-# --------------------------------------------------------------------------------------
-
-
-def collect_code(checks: Checks, unit: str, seed: int, path: str) -> str:
-    """The lines the grader runs in the submission's kernel to collect a hidden ``unit``:
-    the course re-imported from its read-only copy, the checks executed from their source."""
-    return f"""\
-def _course_collect():
-    import sys
-    for name in [n for n in sys.modules if n == "helpers" or n.startswith("helpers.")]:
-        del sys.modules[name]
-    import helpers.grading.extra as extra
-    extra.collect_to_file({checks.source!r}, {checks.path!r}, {unit!r}, {seed!r},
-                          sys._getframe(1).f_globals, {path!r})
-_course_collect()
-del _course_collect
-"""
-
-
-def collect_to_file(source: str, filename: str, unit: str, seed: int, namespace: dict,
-                    path: str) -> None:
-    """In the learner's kernel: :func:`registry.collect_to_file` for the assignment with the
-    hidden parts added. This kernel imported the course afresh for this call, so the
-    assignment it looks up is, for this one call, the merged one."""
-    checks = from_source(source, filename)
-    original = registry.get
-    merged = checks.merged(original(checks.extends))
-    registry.get = lambda name: merged if name == merged.name else original(name)
-    try:
-        registry.collect_to_file(merged.name, unit, seed, namespace, path)
-    finally:
-        registry.get = original
-
-
-# --------------------------------------------------------------------------------------
-# Grading, in the grader's process.
+# Grading: collected in the clean process (:mod:`.clean_run`), judged here.
 # --------------------------------------------------------------------------------------
 
 
@@ -165,43 +138,10 @@ def _result(part, status: str, message: str, seconds: float = 0.0) -> PartResult
     return PartResult(part.key, part.title, 0, part.points, status, message, seconds)
 
 
-def _collect(run, checks: Checks, first, unit: str, seed: int, tmp: str, limits):
-    """One hidden collection: raw results, or the failed result of its first part."""
-    if (run.session is None or not run.session.alive()) and not run.revive():
-        return parts.Collection(failure=_result(first, CRASHED, "not checked: the kernel "
-                                                "kept crashing"))
-    path = Path(tmp) / f"raw-{secrets.token_hex(8)}.pt"
-    ex = run.session.run(collect_code(checks, unit, seed, str(path)), limits.part_timeout)
-    seconds = round(ex.seconds, 2)
-    failure = None
-    if ex.status == "timeout":
-        failure = _result(first, TIMED_OUT, f"the check was stopped after "
-                          f"{limits.part_timeout:g} s (the time limit): something it calls "
-                          "never finishes (an infinite loop?)", seconds)
-    elif ex.status == "died":
-        failure = _result(first, CRASHED, f"checking this part crashed the kernel: "
-                          f"{ex.reason}", seconds)
-    elif ex.status != "ok":
-        failure = _result(first, ERROR, f"the check could not run in this notebook: "
-                          f"{ex.ename}: {ex.evalue}", seconds)
-    if not ex.alive:
-        run.revive()
-    if failure is not None:
-        path.unlink(missing_ok=True)
-        return parts.Collection(failure=failure)
-    try:
-        return parts.Collection(registry.read_results(path))
-    except registry.UnreadableResults as err:
-        return parts.Collection(failure=_result(first, ERROR, f"the check's results could "
-                                                f"not be read: {err}"))
-    finally:
-        path.unlink(missing_ok=True)
-
-
 def grade_parts(checks: Checks, spec: registry.Assignment, run, cells, cell_results, tmp: str,
                 mode: str, limits, done: list[PartResult]) -> list[PartResult]:
-    """The hidden parts of one notebook, in ``run``'s kernel after the assignment's own
-    parts (``done``), collected with a seed of their own and judged here."""
+    """The hidden parts of one notebook, after the assignment's own parts (``done``),
+    collected in a clean process of their own with a seed of their own, judged here."""
     merged = checks.merged(spec)
     changes, hidden = static.tampering(cells)
     if changes or hidden:      # the assignment's parts are withheld: so are these
@@ -211,8 +151,20 @@ def grade_parts(checks: Checks, spec: registry.Assignment, run, cells, cell_resu
                         "instructor will look at it") for p in checks.parts]
     launches = static.launches_a_kernel(cells)
     seed = secrets.randbits(31)
+    collector = parts.clean_collector(spec, cells, tmp, mode, limits)
+    try:
+        return _grade(checks, merged, collector, cells, cell_results, mode, limits, done, seed,
+                      launches)
+    finally:
+        collector.stop()
+
+
+def _grade(checks, merged, collector, cells, cell_results, mode, limits, done, seed, launches):
+    from .reuse import problem
+
     results = {r.key: r for r in done}
     collections: dict[str, parts.Collection] = {}
+    request = {"checks": checks.source, "path": checks.path}
     out = []
     for part in checks.parts:
         result = None
@@ -230,11 +182,11 @@ def grade_parts(checks: Checks, spec: registry.Assignment, run, cells, cell_resu
         if result is None:
             unit = parts.unit_of(part)
             if unit not in collections:
-                first = next(p for p in checks.parts if parts.unit_of(p) == unit)
-                collections[unit] = _collect(run, checks, first, unit, seed, tmp, limits)
+                collections[unit] = parts.in_turn(collector, merged, unit, seed, mode, limits,
+                                                  request)
                 data = collections[unit].data
                 if data is not None and data.get("ok") and isinstance(data.get("raw"), dict):
-                    data["raw"][registry.SEED] = seed
+                    data["raw"][registry.SEED] = parts.unit_seed(seed, unit)
             collection = collections[unit]
             if collection.failure is not None:
                 f = collection.failure
@@ -247,6 +199,10 @@ def grade_parts(checks: Checks, spec: registry.Assignment, run, cells, cell_resu
                     result = _result(part, FAILED, "the notebook launches no @triton.jit "
                                      "kernel of its own: the graded function must launch one",
                                      result.seconds)
+                reused = problem(part, collection.data, collection.calls,
+                                 collector.statement_calls)
+                if reused and result.status == PASSED:
+                    result = _result(part, FAILED, reused, result.seconds)
         results[part.key] = result
         out.append(result)
     return out

@@ -1,18 +1,18 @@
-"""Grading the parts of a notebook that has run: collect in its kernel, judge here.
+"""Grading the parts of a notebook that has run: collect in a clean process, judge here.
 
-After the grader has run a submission's cells (:mod:`.grader`), each graded part gets
-its verdict in two steps:
+After the grader has run a submission's cells in its kernel (:mod:`.grader`: what each
+cell did is the learner's report), each graded part gets its verdict in two steps:
 
-1. **Collect**, in the submission's kernel process: the grader sends a few lines that
-   re-import the course from its read-only copy (whatever the notebook did to ``helpers``
-   modules is dropped) and save the raw results of one collection to a file: the plain
-   values of all the napkin-math answers at once, then each graded function's trials,
-   run on inputs made from a seed drawn here, after the notebook has run, so that no
-   notebook can know it.
+1. **Collect**, in a clean process (:mod:`.clean`, :mod:`.clean_run`): a fresh sandboxed
+   process that imports the course and the collector first, then runs only the notebook's
+   definitions, then collects one unit at a time: the plain values of all the napkin-math
+   answers at once, then each graded function's trials, on inputs made from a seed drawn
+   for that unit here, after the notebook has run. The notebook's kernel takes no part.
 2. **Judge**, here, in the grader's process: the raw results are read as data only
-   (``torch.load(weights_only=True)``) and each part's judge makes the verdict. A
-   notebook can patch, shadow or replace anything in its own process; none of it runs
-   here.
+   (``torch.load(weights_only=True)``) and each part's judge makes the verdict. A part
+   that the course's own code decided scores 0 (:mod:`.reuse`); a clean process that saw
+   the course rebound withholds the verdicts. In GPU mode each collection takes its turn
+   on the GPU (:mod:`.gpu`), alone when it is timed.
 """
 
 from __future__ import annotations
@@ -138,10 +138,29 @@ def collected(reply, first, limits, names: str) -> Collection:
     return fail(ERROR, f"the check could not run: {reply.text}")
 
 
-def _collect(collector, spec, unit: str, seed: int, limits) -> Collection:
+def in_turn(collector, spec, unit: str, seed: int, mode: str, limits,
+            checks: dict | None = None) -> Collection:
+    """A unit collected in its turn on the GPU (:mod:`.gpu`): alone when it is timed."""
+    from . import gpu
+
+    if mode != "gpu":
+        return _collect(collector, spec, unit, seed, limits, checks)
+    timed = any(p.gpu for p in spec.parts if unit_of(p) == unit)
+    wait = limits.cell_timeout + limits.part_timeout   # the longest another turn lasts
+    try:
+        with (gpu.alone if timed else gpu.shared)(wait):
+            return _collect(collector, spec, unit, seed, limits, checks)
+    except gpu.GpuBusy as err:
+        first = next(p for p in spec.parts if unit_of(p) == unit)
+        return Collection(failure=PartResult(first.key, first.title, 0, first.points, ERROR,
+                                             f"not checked: {err}; grade it again"))
+
+
+def _collect(collector, spec, unit: str, seed: int, limits, checks=None) -> Collection:
     parts = [p for p in spec.parts if unit_of(p) == unit]
     names = ", ".join(dict.fromkeys(n for p in parts for n in p.names)) or "the notebook"
-    return collected(collector.collect(unit, unit_seed(seed, unit)), parts[0], limits, names)
+    return collected(collector.collect(unit, unit_seed(seed, unit), checks), parts[0], limits,
+                     names)
 
 
 def _judged(part, collection: Collection, cells, cell_results) -> PartResult:
@@ -175,7 +194,8 @@ def _judged(part, collection: Collection, cells, cell_results) -> PartResult:
 
 def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, mode: str,
                 limits) -> tuple[list[PartResult], list[str]]:
-    """Every part of ``spec``, collected in ``run``'s kernel and judged here.
+    """Every part of ``spec``, collected in a clean process and judged here (``run``, the
+    notebook's kernel, is not used: its cells have run).
 
     Returns the results and the notes for the instructor: code that tampers with the
     grader's tools (its verdicts are withheld), code that hides what it runs, kernels
@@ -226,7 +246,7 @@ def _grade(spec, collector, cells, cell_results, mode, limits, seed, launches, n
                 continue
         unit = unit_of(part)
         if unit not in collections:
-            collections[unit] = _collect(collector, spec, unit, seed, limits)
+            collections[unit] = in_turn(collector, spec, unit, seed, mode, limits)
             data = collections[unit].data
             if data is not None and data.get("ok") and isinstance(data.get("raw"), dict):
                 data["raw"][SEED] = unit_seed(seed, unit)   # the judge checks every trial

@@ -3,15 +3,17 @@
 An assignment is the list of its parts. A part has points, the names it reads from the
 learner's notebook (``add_bytes``, ``vector_add``, ...) and two halves:
 
-* **collect** runs where the learner's code is, inside the learner's kernel process: it
-  reads the plain values of the part's names (numbers, words, sets of words), or, for a
-  graded function, runs it on inputs made from a seed it is handed and records what
-  happened (:mod:`.harness`). It returns *raw results* and decides nothing.
+* **collect** runs where the learner's code is: it reads the plain values of the part's
+  names (numbers, words, sets of words), or, for a graded function, runs it on inputs
+  made from a seed it is handed and records what happened (:mod:`.harness`). It returns
+  *raw results* and decides nothing.
 * **judge** turns raw results into a :class:`~helpers.feedback.Feedback`. In the notebook
   (``check_*`` calls) both halves run right there, for immediate feedback. When grading,
-  the grader sends the seed, which the notebook cannot know in advance, and judges the
-  raw results in its own process, which the notebook cannot reach: nothing a notebook
-  patches, shadows or imports decides its own verdict.
+  collection runs in a clean process that imported the course first and then only the
+  notebook's definitions (:mod:`.clean_run`), on a seed drawn for each collection after
+  the notebook has run, and the grader judges the raw results in its own process, which
+  the notebook cannot reach: nothing a notebook patches, shadows or imports decides its
+  own verdict.
 
 Assignments are found, not listed: every module of :mod:`helpers.grading.assignments`
 defines ``ASSIGNMENT``, named after the notebook it grades (``03_vector_add_intensity``).
@@ -24,8 +26,6 @@ import io
 import math
 import pkgutil
 import sys
-import time
-import traceback
 from dataclasses import dataclass
 from typing import Callable
 
@@ -323,7 +323,7 @@ def _blocked(assignment: Assignment, part: Part, verdict) -> Feedback | None:
 
 
 # ------------------------------------------------------------------------------------
-# Between the learner's kernel process and the grader: raw results in a file.
+# Between the clean collection process and the grader: raw results as bytes.
 # ------------------------------------------------------------------------------------
 
 MAX_RAW_BYTES = 128 << 20   # raw results larger than this are refused (a battery is ~50 MB)
@@ -361,49 +361,8 @@ def _decode(obj):
     return obj
 
 
-def collect_to_file(assignment_name: str, key: str, seed: int, namespace: dict,
-                    path: str) -> None:
-    """In the learner's kernel: collect the raw results under ``key`` and save them.
-
-    The grader runs this after the notebook's cells, with a fresh import of the course
-    (whatever the notebook did to ``helpers`` modules is gone). Only data is written:
-    numbers, words and tensors; the grader reads it with ``weights_only=True``.
-    """
-    import torch
-
-    start = time.perf_counter()
-    try:
-        raw = {"ok": True, "raw": _encode(collect(get(assignment_name), key, namespace, seed))}
-    except Exception as err:  # noqa: BLE001 - reported; the grader decides what it means
-        raw = {"ok": False, "error": f"{type(err).__name__}: {err}"[:2000],
-               "not_implemented": is_not_implemented(err),
-               "missing": err.name if isinstance(err, MissingAnswer) else "",
-               "traceback": traceback.format_exc()[-4000:]}
-    raw["seconds"] = round(time.perf_counter() - start, 3)
-    buffer = io.BytesIO()
-    torch.save(raw, buffer)
-    with open(path, "wb") as f:
-        f.write(buffer.getvalue())
-
-
 class UnreadableResults(ValueError):
-    """The file of raw results is missing, too large or not what the grader wrote."""
-
-
-def read_results(path) -> dict:
-    """Raw results saved by :func:`collect_to_file`, read as data only (no code runs).
-
-    The file lies in the submission's scratch folder: it is opened as a regular file only
-    (never a link, a FIFO or a device a notebook may have put there), its size capped,
-    then unpickled from memory with ``weights_only=True``.
-    """
-    from .sandbox import Refused, read_regular_file
-
-    try:
-        data = read_regular_file(path, MAX_RAW_BYTES)
-    except Refused as err:
-        raise UnreadableResults(f"the results file was refused: {err}") from None
-    return read_bytes(data)
+    """Raw results too large or not what the grader's collector wrote."""
 
 
 def read_bytes(data: bytes) -> dict:
