@@ -172,6 +172,30 @@ def test_strict_refuses_formulas_that_would_travel(fake_course, tmp_path):
         release.release(tmp_path / "r", repo=fake_course, strict=True, log=lambda *_: None)
 
 
+def test_strict_refuses_a_function_that_answers_a_graded_part(fake_course, tmp_path):
+    """A grader module that holds an answer formula's function under another name (as 06's
+    once held part 1's reference merge) is refused; --no-strict writes it."""
+    formula = "def {}(nbytes):\n    bits = 8 * nbytes\n    return bits / 2\n"
+    keys = fake_course / "helpers/grading/assignments/keys_fake.py"
+    keys.write_text(keys.read_text() + "\n\n" + formula.format("half_bits"))
+    fake = fake_course / "helpers/grading/assignments/fake.py"
+    fake.write_text(fake.read_text() + "\n\n" + formula.format("reference")
+                    .replace("nbytes", "n").replace("bits", "b"))
+    with pytest.raises(release.ReleaseError, match="fake.py: reference is .*keys_fake.py: "
+                       "half_bits up to renaming"):
+        release.release(tmp_path / "r", repo=fake_course, strict=True, log=lambda *_: None)
+    release.release(tmp_path / "r", repo=fake_course, force=True, log=lambda *_: None)
+    assert "def reference" in (tmp_path / "r/helpers/grading/assignments/fake.py").read_text()
+
+
+def test_the_command_is_strict_unless_told_otherwise(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(release, "release", lambda dest, **kw: seen.append(kw["strict"]))
+    assert release.main([str(tmp_path / "r")]) == 0
+    assert release.main([str(tmp_path / "r"), "--no-strict"]) == 0
+    assert seen == [True, False]
+
+
 # ------------------------------------------------------------------------------------
 # The real course.
 # ------------------------------------------------------------------------------------
@@ -179,9 +203,11 @@ def test_strict_refuses_formulas_that_would_travel(fake_course, tmp_path):
 
 @pytest.fixture(scope="module")
 def real_release(tmp_path_factory):
+    """The whole course released strictly, as ``./course release`` does by default: it
+    raises if an answer would travel."""
     course = Path(os.environ.get("COURSE_RELEASE_TEST_COURSE", REPO))
     dest = tmp_path_factory.mktemp("student") / "release"
-    return dest, release.release(dest, repo=course, log=lambda *_: None)
+    return dest, release.release(dest, repo=course, strict=True, log=lambda *_: None)
 
 
 def test_the_real_release_has_no_solutions_and_imports(real_release):
@@ -272,3 +298,57 @@ def test_the_tests_a_release_keeps_run_there(real_release):
                          timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     assert "passed" in run.stdout
+
+
+def test_the_real_release_holds_no_function_that_answers_a_graded_part(real_release):
+    """No function of the answer formulas travels, by name or (strict) up to renaming: the
+    grader modules judge by sealed keys. 06's reference merge is the known case."""
+    import ast
+
+    dest, result = real_release          # strict: no function equal to an answer travels
+    assert result["warnings"] == []
+    names = {fn.name for path in (REPO / "helpers" / "grading").rglob("keys_*.py")
+             for fn in ast.walk(ast.parse(path.read_text())) if isinstance(fn, ast.FunctionDef)
+             and not fn.name.startswith("_")} - {"answer_key", "reference_outputs"}
+    names -= {"reference_copy_gbps"}   # a given: the probe record's bandwidth, 05's hint prints
+    assert "merge_exact" in names
+    texts = {p: p.read_text(errors="replace") for p in dest.rglob("*") if p.is_file()}
+    found = [f"{p.relative_to(dest)}: def {n}" for p, text in texts.items() for n in names
+             if re.search(rf"\bdef {n}\(", text)]
+    assert found == []
+
+
+def test_the_release_judges_merge_states_by_its_sealed_reference(real_release):
+    """06's part 1 in a release: a sealed reference on the notebook's inputs, right and wrong
+    merges told apart as the instructor's exact reference does; graded on another seed (a
+    release grading itself), the run on the notebook's inputs is judged."""
+    dest, _ = real_release
+    out = _run_in(dest, """
+        import json, math, torch
+        from helpers.grading.assignments import attention, attention_merge as am
+
+        def right(m_a, l_a, acc_a, m_b, l_b, acc_b):
+            m = torch.maximum(m_a, m_b)
+            a, b = (torch.exp(x - torch.where(m == -math.inf, 0.0, m)) for x in (m_a, m_b))
+            return m, a * l_a + b * l_b, a[:, None] * acc_a + b[:, None] * acc_b
+
+        def added(m_a, l_a, acc_a, m_b, l_b, acc_b):
+            return torch.maximum(m_a, m_b), l_a + l_b, acc_a + acc_b
+
+        def off(*states):
+            m, l, acc = right(*states)
+            return m, l, acc * (1 + 3e-4)
+
+        rows = [type(am.reference()).__name__]
+        for fn in (right, added, off):
+            (fb,) = attention.check_merge({"merge_states": fn})
+            raw = am.collect_merge({"merge_states": fn}, 12345)
+            graded = attention.ASSIGNMENT.part("1").judge(dict(raw, __seed__=12345))
+            rows.append([fb.passed, fb.message, graded.passed])
+        print(json.dumps(rows))
+    """)
+    kind, right, added, off = json.loads(out.strip().splitlines()[-1])
+    assert kind == "Sealed"
+    assert right[0] and right[2], right
+    assert not added[0] and not added[2] and "you add the two sums" in added[1], added
+    assert not off[0] and not off[2] and "not the state of both" in off[1], off

@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
 ASSIGNMENTS = REPO / "assignments"
-BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"   # .flags looks for them too
 CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 MARKDOWN_STUB = ("YOUR ANSWER HERE",)
 NOTE_MARK = "> **Run All stops at the first part you have not written yet.**"
@@ -52,29 +52,48 @@ class MarkerError(ValueError):
     """Solution markers that do not pair up; the message names the cell and line."""
 
 
-def strip_solutions(source: str, stub=CODE_STUB, where: str = "") -> tuple[str, int]:
-    """``source`` with every marked region replaced by ``stub``; and how many there were."""
-    out, inside, regions = [], False, 0
+def _marked(source: str, where: str = ""):
+    """``(line number, line, what)`` for each line of ``source``, ``what`` being "begin",
+    "end", "inside" or "outside" (a solution region); :class:`MarkerError` where the
+    markers do not pair up."""
+    inside = False
     for number, line in enumerate(source.splitlines(keepends=True), 1):
         text = line.strip()
         if text.startswith(BEGIN):
             if inside:
                 raise MarkerError(f"{where}line {number}: {BEGIN} inside another solution")
-            inside, regions = True, regions + 1
-            indent = line[: len(line) - len(line.lstrip())]
-            out += [f"{indent}{s}\n" for s in stub]
+            inside = True
+            yield number, line, "begin"
         elif text.startswith(END):
             if not inside:
                 raise MarkerError(f"{where}line {number}: {END} without a {BEGIN}")
             inside = False
-        elif not inside:
-            out.append(line)
+            yield number, line, "end"
+        else:
+            yield number, line, "inside" if inside else "outside"
     if inside:
         raise MarkerError(f"{where}{BEGIN} is never closed by {END}")
+
+
+def strip_solutions(source: str, stub=CODE_STUB, where: str = "") -> tuple[str, int]:
+    """``source`` with every marked region replaced by ``stub``; and how many there were."""
+    out, regions = [], 0
+    for _, line, what in _marked(source, where):
+        if what == "begin":
+            regions += 1
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [f"{indent}{s}\n" for s in stub]
+        elif what == "outside":
+            out.append(line)
     text = "".join(out)
     if text.endswith("\n") and not source.endswith("\n"):
         text = text[:-1]
     return text, regions
+
+
+def solution_lines(source: str) -> dict[int, str]:
+    """The lines inside the solution regions of ``source``, by line number (1-based)."""
+    return {number: line for number, line, what in _marked(source) if what == "inside"}
 
 
 def part_checks(nb) -> list[tuple[str, list[str]]]:

@@ -8,10 +8,11 @@ full course and grade with it. The release holds:
 * ``assignments/``, rendered afresh from ``solutions/`` (``build.render``: every solution
   region replaced by a stub, outputs cleared), so a stale committed copy cannot leak;
 * ``helpers/`` without the answer formulas (every ``keys_*.py`` under ``helpers/grading/``),
-  without
-  the tools that read solutions (``build.py``, this module), and with a sealed answer key
-  ``helpers/grading/keys/<assignment>.json`` per graded assignment (see
-  :mod:`.answers`: digests of the acceptance windows under a fresh random salt, no value);
+  without the tools that read solutions (``build.py``, ``leaks.py``, this module), and with a sealed answer
+  key ``helpers/grading/keys/<assignment>.json`` per graded assignment (see :mod:`.answers`:
+  digests of the acceptance windows under a fresh random salt, no value; and, where the keys
+  module has ``reference_outputs()``, a reference function's outputs on the notebook's
+  inputs, sealed by :mod:`.outputs`);
 * ``tests/``: only the tests that touch neither grading nor solutions (the kernels', the
   lessons' helpers', the environment's) and the nbval sanitizer, so that ``./course test``
   still tells a student whether the kernels and lessons run on their machine. Grading
@@ -26,7 +27,10 @@ read by a child process that imports the course being released, so any course fo
 be released (the tests release a small fake course).
 
 The release refuses a non-empty DIR unless ``--force`` (which replaces only the entries
-the release writes), and any DIR inside the course itself.
+the release writes), and any DIR inside the course itself. ``./course release`` is strict
+unless ``--no-strict``: it also refuses a release in which answer formulas would travel, or
+a function that is, up to renaming, one of the answer formulas' or of the solutions' marked
+regions (:func:`.leaks.answers_in`).
 """
 
 from __future__ import annotations
@@ -41,13 +45,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import answers, build
+from . import answers, build, leaks, outputs
 
 REPO = Path(__file__).resolve().parents[2]
 TOP = ("README.md", "VERSIONS.md", "course", "pyproject.toml", "environment.yml", ".gitignore",
        "notebooks", "assignments", "helpers", "tests")
 CACHES = ("__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".mypy_cache", ".ruff_cache")
-INSTRUCTOR_ONLY = ("helpers/grading/build.py", "helpers/grading/release.py")
+INSTRUCTOR_ONLY = ("helpers/grading/build.py", "helpers/grading/release.py",
+                   "helpers/grading/leaks.py")
 TEST_WORDS = ("grading", "solution", "planting", "assignments", "submissions")
 MARKERS = (build.BEGIN, build.END)
 
@@ -183,6 +188,7 @@ def read_keys():
             module = importlib.import_module(modname)
             source, fn = modname, getattr(module, "answer_key", None)
         values = fn() if fn else None
+        sealed = getattr(sys.modules.get(source), "reference_outputs", None) if fn else None
         def plain(v):      # a number, or a choice: a word or a set of words
             return v if isinstance(v, str) else sorted(v) if isinstance(v, (set, frozenset)) \
                 else float(v)
@@ -190,7 +196,7 @@ def read_keys():
             values = {k: [plain(v), float(rel), [[float(w), str(d)] for w, d in m]]
                       for k, (v, rel, m) in values.items()}
         out[name] = {"module": modname, "formulas": formulas, "source": source if fn else None,
-                     "values": values}
+                     "values": values, "outputs": sealed() if sealed else None}
 
     return out
 """
@@ -287,7 +293,8 @@ def release(dest: Path, *, repo: Path = REPO, force: bool = False, strict: bool 
 
     Returns ``{"files": [...], "keys": {assignment: source or None}, "warnings": [...],
     "values": {assignment: the instructor's values or None}}`` (the values never go to disk).
-    ``strict`` turns warnings (answer formulas that travel) into a :class:`ReleaseError`.
+    ``strict`` turns warnings (answer formulas that travel) into a :class:`ReleaseError`, and
+    refuses a function that answers a graded part (:func:`.leaks.answers_in`).
     """
     repo, dest = Path(repo).resolve(), Path(dest).resolve()
     _check_dest(dest, repo, force)
@@ -350,11 +357,16 @@ def release(dest: Path, *, repo: Path = REPO, force: bool = False, strict: bool 
             continue
         keys_dir.mkdir(parents=True, exist_ok=True)
         sealed = answers.seal(info["values"], salt or answers.new_salt(), name)
+        if info.get("outputs"):     # a reference function's outputs: digests, no value
+            sealed["outputs"] = {part: outputs.seal(entry, f"{sealed['salt']}:{part}:outputs")
+                                 for part, entry in info["outputs"].items()}
         path = answers.key_path(name, keys_dir)
         path.write_text(json.dumps(sealed, indent=1) + "\n")
         written.append(path.relative_to(dest).as_posix())
 
     problems = _scan(dest)
+    if strict:
+        problems += leaks.answers_in(dest, repo)
     if problems:
         raise ReleaseError(f"the release in {dest} is not clean:\n  " + "\n  ".join(problems))
     for w in warnings:
@@ -372,8 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dir", type=Path, help="where to write the release (outside the course)")
     parser.add_argument("--force", action="store_true",
                         help="write into a non-empty folder, replacing the release's entries")
-    parser.add_argument("--strict", action="store_true",
-                        help="fail if an assignment's answer formulas would travel")
+    parser.add_argument("--strict", action=argparse.BooleanOptionalAction, default=True,
+                        help="refuse a release that would carry answers: an assignment's "
+                             "answer formulas outside its keys_<topic>.py, or a function equal "
+                             "to an answer (the default; --no-strict writes it anyway, with a "
+                             "warning for formulas that travel, and looks for no function)")
     args = parser.parse_args(argv)
     try:
         release(args.dir, force=args.force, strict=args.strict)

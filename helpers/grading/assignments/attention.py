@@ -1,8 +1,11 @@
 """Assignment 06, a FlashAttention forward kernel: its graded parts and ``check_*`` calls.
 
-The reference is the course's float64 spec (:mod:`helpers.kernels.attention`), the GPU parts
-time the course's kernel and naive attention beside the notebook's: no expected value is typed
-in. Parts (25 points; 19 in CPU mode, 6 on a GPU):
+The kernel's reference is the course's float64 spec (:mod:`helpers.kernels.attention`), the GPU
+parts time the course's kernel and naive attention beside the notebook's: no expected value is
+typed in. Part 1 lives in :mod:`.attention_merge`; its reference merge answers it, so it is the
+instructor's (:mod:`.keys_attention`), sealed in a student release.
+
+Parts (25 points; 19 in CPU mode, 6 on a GPU):
 
 =====  ==========================================================  ======
 1      ``merge_states``: large scores, masked keys, fully masked rows    3
@@ -29,102 +32,18 @@ from ...feedback import Feedback, not_implemented, target
 from ...kernels import attention as ak
 from .. import harness
 from ..gpu import gpu_lock
-from ..registry import SEED, Assignment, Part, answer, check_function, is_not_implemented
+from ..registry import Assignment, Part, answer, check_function
+from .attention_merge import collect_merge, judge_merge
 
 FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
 DTYPE_OF = {harness.dtype_name(d): d for d in (FP16, BF16, FP32)}
 # Graded tolerances: twice the kernel tests' (a learner's kernel may round in its own order).
 TOL = {d: (2 * a, 2 * r) for d, (a, r) in ak.TOLERANCES.items()}
-LSE_TOL, MERGE_TOL = (5e-3, 1e-3), (1e-4, 1e-5)       # both fp32 whatever the inputs
+LSE_TOL = (5e-3, 1e-3)                # fp32 whatever the inputs
 LARGE, ACCUMULATION = "large scores", "V in the thousands"
 SPEED_SHAPE, SPEED_DTYPE = (64, 4096, 64), BF16      # 4 x 16 heads, 4096 tokens, d = 64
 SPEED_GOAL, COURSE_SLACK = 2.0, 1.2
 INF = math.inf
-
-
-# --- Part 1: merging two partial softmax states (PyTorch). ---------------------------------------
-
-MERGE = harness.Case("merge", {})
-ROWS = ("random rows", "scores near +-1000", "masked keys", "fully masked rows")  # 4 each
-
-
-def merge_inputs(seed: int):
-    """``(m_a, l_a, acc_a, m_b, l_b, acc_b)``, fp32: two states of 16 rows, 4 of each kind."""
-    def state(s, v):
-        m = s.amax(-1)
-        p = torch.exp(s - torch.where(m == -INF, 0.0, m)[..., None])
-        return m, p.sum(-1), (p[..., None] * v).sum(-2)
-
-    g = harness.generator(seed)
-    sa, sb = 2 * torch.randn(16, 5, generator=g), 2 * torch.randn(16, 7, generator=g)
-    va, vb = torch.randn(16, 5, 8, generator=g), torch.randn(16, 7, 8, generator=g)
-    big = 1000 * torch.tensor([1.0, -1, 1, -1])[:, None]    # the larger maximum on either side
-    sa[4:8], sb[4:8] = sa[4:8] + big, sb[4:8] + big + 30 * torch.tensor([1.0, -1, -1, 1])[:, None]
-    sa[8:10, :2], sb[10:12, -3:], sa[8], sb[11] = -INF, -INF, -INF, -INF   # one side empty
-    sa[12::2], sb[12::2] = -INF, -INF                        # rows 12, 14 see no key at all
-    return tuple(t.float() for t in (*state(sa, va), *state(sb, vb)))
-
-
-def merge_exact(m_a, l_a, acc_a, m_b, l_b, acc_b):
-    """The spec of the merge, in float64: the state of all the keys of both."""
-    m_a, l_a, acc_a, m_b, l_b, acc_b = (t.double() for t in (m_a, l_a, acc_a, m_b, l_b, acc_b))
-    m = torch.maximum(m_a, m_b)
-    a, b = (torch.exp(x - torch.where(m == -INF, 0.0, m)) for x in (m_a, m_b))
-    return m, a * l_a + b * l_b, a[:, None] * acc_a + b[:, None] * acc_b
-
-
-def _collect_merge(ns, seed):
-    fn, seed = answer(ns, "merge_states"), MERGE.seeded(seed).seed
-    inputs, rec = merge_inputs(seed), {"seed": seed, "error": None, "outputs": None}
-    try:
-        out = fn(*inputs)
-        rec["outputs"] = [t.detach().cpu().clone() if isinstance(t, torch.Tensor) else
-                          repr(t)[:60] for t in out] if isinstance(out, (tuple, list)) \
-            else repr(out)[:60]
-    except Exception as err:  # noqa: BLE001 - the learner's error, reported
-        rec["error"] = f"{type(err).__name__}: {str(err)[:200]}"
-        rec["not_implemented"] = is_not_implemented(err)
-    return rec
-
-
-def _merge_problem(rec) -> str | None:
-    out, inputs = rec.get("outputs"), merge_inputs(rec["seed"])
-    if rec.get("error"):
-        return f"merge_states raised {rec['error']}"
-    if not isinstance(out, list) or [tuple(t.shape) if isinstance(t, torch.Tensor) else t
-                                     for t in out] != [tuple(t.shape) for t in inputs[:3]]:
-        return (f"merge_states returned {out!r:.60}; expected three tensors (m, l, acc) "
-                "shaped like m_a, l_a and acc_a")
-    want, empty = merge_exact(*inputs), inputs[1] + inputs[4] == 0
-    if any(t[empty].isnan().any() for t in out):
-        return (f"on {ROWS[3]}: rows where both states are empty (m = -inf, l = 0) come out "
-                "NaN: exp(-inf - (-inf)) is NaN. Shift by 0 where the new maximum is -inf, so "
-                "that the merged state stays empty (l = 0, acc = 0): output 0, lse -inf")
-    if not all(torch.isfinite(t[~empty]).all() for t in out):
-        return (f"on {ROWS[1]}: inf or NaN, exp of a raw maximum overflows. Scale each side "
-                "by exp(m_side - m) with m = max(m_a, m_b): both factors are <= 1")
-    wrong = torch.zeros(len(empty), dtype=torch.bool)
-    for g, w in zip(out, want):
-        ok = torch.isclose(g.double(), w, MERGE_TOL[1], MERGE_TOL[0])
-        wrong |= ~ok if ok.dim() == 1 else ~ok.all(-1)
-    if not wrong.any():
-        return None
-    where = ", ".join(dict.fromkeys(ROWS[r // 4] for r in wrong.nonzero().flatten().tolist()))
-    if torch.allclose(out[1].double(), inputs[1].double() + inputs[4], *MERGE_TOL[::-1]):
-        return (f"on {where}: you add the two sums as they are, but each was taken relative to "
-                "its own maximum: rescale l and acc of each side by exp(m_side - m) first")
-    return (f"on {where}: the merged state is not the state of both sets of keys: m = max(m_a, "
-            "m_b), l = l_a exp(m_a - m) + l_b exp(m_b - m), acc likewise")
-
-
-def _merge(raw):
-    part = "1 merge_states"
-    if raw.get("not_implemented"):
-        return not_implemented(part)
-    problem = "the record of the run is not the grader's (was the grader tampered with?)" \
-        if isinstance(raw.get(SEED), int) and raw.get("seed") != MERGE.seeded(raw[SEED]).seed \
-        else _merge_problem(raw)
-    return Feedback(part, not problem, problem or f"right on {', '.join(ROWS)}")
 
 
 # --- Part 2: the forward kernel, on awkward lengths, causal and not, watched. --------------------
@@ -467,7 +386,7 @@ ASSIGNMENT = Assignment(
     name="06_flash_attention",
     title="A FlashAttention forward kernel",
     parts=(
-        Part("1", "merge_states", 3, _merge, ("merge_states",), collect=_collect_merge),
+        Part("1", "merge_states", 3, judge_merge, ("merge_states",), collect=collect_merge),
         _kernel_part("2a", "O without a mask", 4, _o_part(False)),
         _kernel_part("2b", "O with the causal mask", 4, _o_part(True)),
         _kernel_part("2c", "lse is right", 2, _lse),
