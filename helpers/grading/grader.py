@@ -20,8 +20,16 @@ For each notebook:
    outside the course, graded after the assignment's own in the same kernel.
 6. Report: a table of parts, points and messages; JSON and the learner's Markdown feedback
    in <out>/<assignment>/, and that folder's CSV gradebook rebuilt from all its reports.
-   Folders are graded in parallel, one kernel process per core. ``--classroom``
-   (:mod:`.classroom`) also reports the points as GitHub Classroom's autograding reads them.
+   A notebook that holds the solution (its markers, or most of its answer lines) is flagged
+   for the instructor (:mod:`.flags`), with no point taken. Folders are graded in parallel,
+   one kernel process per core. ``--classroom`` (:mod:`.classroom`) also reports the points
+   as GitHub Classroom's autograding reads them.
+
+No submission stops the grading of the others: an exception anywhere in reading, running,
+judging or writing one notebook's report becomes that report, every part "not graded: the
+grader could not grade this notebook (<the exception>); see the instructor" and a note
+that names it (:func:`not_graded`). The command exits 0 with every student in the
+gradebook (but ``--classroom``, whose exit says full marks or not).
 
     ./course grade submissions/alice/03_vector_add_intensity.ipynb
     ./course grade submissions/ --out ~/grades --extra-checks ~/hidden/hidden_03.py
@@ -41,9 +49,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import classroom, extra, parts, registry, sandbox
-from .report import (ERROR, NEEDS_GPU, CellResult, PartResult, Report, read_json,
-                     write_gradebook)
+from . import classroom, extra, flags, parts, registry, sandbox
+from .report import (ERROR, NEEDS_GPU, CellResult, PartResult, Report, clean,
+                     rebuild_gradebook, report_path, say)
 
 DEFAULT_OUT = Path("grades")
 MAX_RESTARTS = 3
@@ -75,8 +83,10 @@ class Limits:
 
 def detect_assignment(nb, path: Path) -> str | None:
     """The assignment a notebook belongs to: its metadata, else its file name."""
-    meta = nb.get("metadata", {}).get("course", {}) if nb is not None else {}
-    if meta.get("assignment") in registry.MODULES:
+    meta = nb.get("metadata") if isinstance(nb, dict) else None
+    meta = meta.get("course") if isinstance(meta, dict) else None
+    if isinstance(meta, dict) and isinstance(meta.get("assignment"), str) \
+            and meta["assignment"] in registry.MODULES:
         return meta["assignment"]
     for name in registry.MODULES:
         if name in path.name or path.name.startswith(name.split("_", 1)[0] + "_"):
@@ -151,12 +161,11 @@ class _Run:
 def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limits(),
                    mode: str | None = None, student: str | None = None,
                    checks: tuple[extra.Checks, ...] = ()) -> Report:
-    """Grade one submitted notebook; never raises for anything the submission does.
+    """Grade one submitted notebook; never raises (an exception in the grading becomes the
+    report's verdict: :func:`not_graded`).
 
     ``checks``: hidden checks (:func:`extra.load`); those that extend this notebook's
     assignment add their parts after its own."""
-    import nbformat
-
     from .. import runtime
 
     path = Path(path)
@@ -164,6 +173,43 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
     start = time.monotonic()
     report = Report(notebook=str(path), student=student or path.stem,
                     assignment=assignment or "?", mode=mode, limits=asdict(limits))
+    try:
+        _grade(report, path, assignment, limits, mode, checks)
+    except Exception as err:  # noqa: BLE001 - the grader's own failure: this report says it
+        not_graded(report, err, checks)
+    report.seconds = round(time.monotonic() - start, 1)
+    return report
+
+
+def not_graded(report: Report, err: BaseException, checks=()) -> Report:
+    """``report`` of a notebook the grader could not grade, because of ``err``: every part
+    (the hidden checks' too) not graded, 0 points, and a note for the instructor."""
+    what = type(err).__name__
+    try:
+        detail = clean(str(err))[:300]
+    except Exception:  # noqa: BLE001 - an exception whose str() raises
+        detail = "?"
+    report.notes.append(f"the grader could not grade this notebook: {what}"
+                        + (f": {detail}" if detail else "") + " (the grader's failure, not a "
+                        "verdict: grade it by hand)")
+    message = (f"not graded: the grader could not grade this notebook ({what}); see the "
+               "instructor")
+    try:
+        spec = registry.get(report.assignment)
+    except Exception:  # noqa: BLE001 - an unknown assignment: no parts to list
+        report.error = report.error or message.removeprefix("not graded: ")
+        return report
+    hidden = tuple(p for c in checks if c.extends == spec.name for p in c.parts)
+    report.parts = [PartResult(p.key, p.title, 0, p.points,
+                               NEEDS_GPU if p.gpu and report.mode == "cpu" else ERROR, message)
+                    for p in spec.parts + hidden]
+    return report
+
+
+def _grade(report: Report, path: Path, assignment, limits: Limits, mode: str, checks) -> None:
+    """Grade the notebook at ``path`` into ``report``; may raise (the grader's failure)."""
+    import nbformat
+
     report.isolation = sandbox.status()
     data = b""
     try:    # only a regular file, never a link, FIFO or device, and not a huge one
@@ -179,7 +225,7 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
     if name is None:
         report.error = report.error or (f"cannot tell which assignment this is; pass "
                                         f"--assignment (one of {sorted(registry.MODULES)})")
-        return report
+        return
     report.assignment = name
     spec = registry.get(name)
     hidden = [c for c in checks if c.extends == name]
@@ -188,13 +234,15 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
                                    NEEDS_GPU if p.gpu and mode == "cpu" else ERROR,
                                    report.error)
                         for p in spec.parts + tuple(p for c in hidden for p in c.parts)]
-        return report
+        return
 
     cells, number = [], 0
     for cell in nb.cells:
         if cell.get("cell_type") == "code":
             number += 1
-            cells.append((number, cell.get("source", "")))
+            source = cell.get("source", "")
+            cells.append((number, source if isinstance(source, str) else ""))
+    report.flags, report.notes = flags.solution_flags(nb, name)
     tmp = tempfile.mkdtemp(prefix="course-grade-")
     run = _Run(cells, tmp, mode, limits)
     cell_results: dict[int, CellResult] = {}
@@ -235,18 +283,15 @@ def grade_notebook(path, *, assignment: str | None = None, limits: Limits = Limi
                 _first_line(source))
         report.cells = [cell_results[k] for k in sorted(cell_results)]
 
-        report.parts, report.notes = parts.grade_parts(spec, run, cells, cell_results, tmp,
-                                                        mode, limits)
+        report.parts, notes = parts.grade_parts(spec, run, cells, cell_results, tmp, mode,
+                                                 limits)
+        report.notes = notes + report.notes
         for c in hidden:
             report.parts += extra.grade_parts(c, spec, run, cells, cell_results, tmp, mode,
                                               limits, report.parts)
-    except Exception as err:  # noqa: BLE001 - the grader's own failure, reported
-        report.error = f"grading failed: {type(err).__name__}: {err}"
     finally:
         run.stop()
         _remove(tmp)
-    report.seconds = round(time.monotonic() - start, 1)
-    return report
 
 
 # --------------------------------------------------------------------------------------
@@ -313,8 +358,7 @@ def _grade_one(args) -> Report:
         return grade_notebook(path, assignment=assignment, limits=limits, mode=mode,
                               student=student, checks=checks)
     except Exception as err:  # noqa: BLE001 - one bad notebook never stops the others
-        return Report(str(path), student, assignment or "?", mode,
-                      error=f"grading failed: {type(err).__name__}: {err}")
+        return not_graded(Report(str(path), student, assignment or "?", mode), err, checks)
 
 
 def grade_many(notebooks, *, assignment=None, limits: Limits = Limits(), mode=None,
@@ -413,42 +457,36 @@ def main(argv: list[str] | None = None) -> int:
           f"time (limits: {limits.cell_timeout:g} s per cell, {limits.total_timeout:g} s per "
           f"notebook, {limits.part_timeout:g} s per check, {limits.memory_mb} MiB)", flush=True)
 
-    def show(report: Report):
-        path = _report_path(args.out, report, written)
+    def show(report: Report):      # written and shown; failing that, as not graded
+        path = report_path(args.out, report, written)
         written[path] = Path(report.notebook)
-        report.write_json(path)
-        report.write_markdown(path.with_suffix(".md"))
-        if single:
-            print(report.to_text())
-        else:
-            print(report.summary_line(), flush=True)
-        print(f"  report: {path} (feedback: {path.with_suffix('.md').name})", flush=True)
+        for attempt in range(2):
+            try:
+                report.write_json(path)
+                report.write_markdown(path.with_suffix(".md"))
+                say(report.to_text() if single else report.summary_line())
+                say(f"  report: {path} (feedback: {path.with_suffix('.md').name})")
+                return
+            except Exception as err:  # noqa: BLE001 - one report never stops the others
+                if attempt:
+                    say(f"course grade: could not write {path}: {type(err).__name__}", sys.stderr)
+                else:
+                    not_graded(report, err, checks)
 
     reports = grade_many(notebooks, assignment=args.assignment, limits=limits, jobs=jobs,
                          on_result=show, checks=checks)
-    # Each gradebook holds every report in its folder: earlier runs' too (a late submission
-    # graded alone joins the class; a re-graded one replaces its old row).
     for folder in sorted({path.parent for path in written}):
-        book = write_gradebook([read_json(p) for p in sorted(folder.glob("*.json"))],
-                               folder / "gradebook.csv")
-        print(f"Gradebook: {book}")
+        rebuild_gradebook(folder)
     if args.classroom:
         print(classroom.points_line(reports), flush=True)
         classroom.write_output(reports)
         return classroom.exit_code(reports)
-    failed = [r for r in reports if r.error.startswith("grading failed")]
-    return 1 if failed else 0
-
-
-def _report_path(out: Path, report: Report, taken: dict) -> Path:
-    """``<out>/<assignment>/<student>.json``; a second notebook of the same student and
-    assignment in this run gets ``<student>__2.json``."""
-    folder = out / (report.assignment if report.assignment != "?" else "unidentified")
-    path, n = folder / f"{report.student}.json", 1
-    while path in taken and taken[path] != Path(report.notebook):
-        n += 1
-        path = folder / f"{report.student}__{n}.json"
-    return path
+    failed = [r.student for r in reports if any(n.startswith("the grader could not grade")
+                                                for n in r.notes)]
+    if failed:
+        say(f"course grade: the grader could not grade {len(failed)} notebook(s), each "
+            f"reported as not graded (see its notes): {', '.join(failed)}", sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

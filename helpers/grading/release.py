@@ -8,11 +8,11 @@ full course and grade with it. The release holds:
 * ``assignments/``, rendered afresh from ``solutions/`` (``build.render``: every solution
   region replaced by a stub, outputs cleared), so a stale committed copy cannot leak;
 * ``helpers/`` without the answer formulas (every ``keys_*.py`` under ``helpers/grading/``),
-  without the tools that read solutions (``build.py``, ``leaks.py``, this module), and with a sealed answer
-  key ``helpers/grading/keys/<assignment>.json`` per graded assignment (see :mod:`.answers`:
-  digests of the acceptance windows under a fresh random salt, no value; and, where the keys
-  module has ``reference_outputs()``, a reference function's outputs on the notebook's
-  inputs, sealed by :mod:`.outputs`);
+  without the tools that read solutions (``build.py``, ``leaks.py``, this module), and with
+  a sealed answer key ``helpers/grading/keys/<assignment>.json`` per graded assignment (see
+  :mod:`.answers`: digests of the acceptance windows under a fresh random salt, no value;
+  and, where the keys module has ``reference_outputs()``, a reference function's outputs on
+  the notebook's inputs, sealed by :mod:`.outputs`);
 * ``tests/``: only the tests that touch neither grading nor solutions (the kernels', the
   lessons' helpers', the environment's) and the nbval sanitizer, so that ``./course test``
   still tells a student whether the kernels and lessons run on their machine. Grading

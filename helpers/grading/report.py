@@ -4,13 +4,19 @@ and a Markdown page of feedback for the learner (beside each JSON report).
 A :class:`Report` holds one row per graded part (points, status, message) and one per
 code cell that did not finish cleanly. Points count only parts that could be graded
 here: a part that needs a GPU, graded in CPU mode, is listed as "needs a GPU" and left
-out of both the score and the maximum.
+out of both the score and the maximum. Flags (:mod:`.flags`: the solution handed in) and
+notes are for the instructor: the JSON, the table and the gradebook show them, the
+learner's page does not.
+
+Every writer survives text that cannot be encoded (a lone surrogate in an exception's
+message or a folder's name): :func:`clean` replaces it with ``?``.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import sys
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -76,6 +82,7 @@ class Report:
     # How the submission's kernel was isolated: "bubblewrap 0.8.0", or "none: <why>".
     isolation: str = ""
     notes: list = field(default_factory=list)   # for the instructor; they cost no points
+    flags: list = field(default_factory=list)   # short, for the gradebook (:mod:`.flags`)
 
     @property
     def isolated(self) -> bool:
@@ -101,7 +108,7 @@ class Report:
         out = asdict(self)
         out.update(score=self.score, max_score=self.max_score, percent=round(self.percent, 1),
                    pending_gpu_points=self.pending_gpu_points)
-        return out
+        return _cleaned(out)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -114,29 +121,29 @@ class Report:
                    cells=[CellResult(**c) for c in data.get("cells", [])],
                    seconds=data.get("seconds", 0.0), error=data.get("error", ""),
                    limits=data.get("limits", {}), isolation=data.get("isolation", ""),
-                   notes=list(data.get("notes", [])))
+                   notes=list(data.get("notes", [])), flags=list(data.get("flags", [])))
 
     def write_json(self, path: Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_json() + "\n")
-        return path
+        return _write(path, self.to_json() + "\n")
 
     def summary_line(self) -> str:
         pending = (f", {_n(self.pending_gpu_points)} more on a GPU"
                    if self.pending_gpu_points else "")
+        flagged = f"  [FLAGGED: {'; '.join(self.flags)}]" if self.flags else ""
         if self.error:
-            return f"{self.student}: not graded: {self.error}"
-        return (f"{self.student}: {_n(self.score)} / {_n(self.max_score)} points "
-                f"({self.percent:.0f}%{pending})")
+            return clean(f"{self.student}: not graded: {self.error}{flagged}")
+        return clean(f"{self.student}: {_n(self.score)} / {_n(self.max_score)} points "
+                     f"({self.percent:.0f}%{pending}){flagged}")
 
     def to_text(self, width: int = 100) -> str:
         head = [f"{self.assignment}: {self.notebook}",
                 f"{self.summary_line()}  [{self.mode.upper()} mode, {self.seconds:.0f} s]"]
         if self.isolation and not self.isolated:
             head.append(f"WARNING: graded WITHOUT isolation ({self.isolation})")
+        if self.flags:
+            head.append(f"FLAGGED for the instructor: {'; '.join(self.flags)}")
         if self.error:
-            return "\n".join(head)
+            return clean("\n".join(head))
         key_w = max(4, *(len(p.key) for p in self.parts))
         title_w = max(5, *(len(p.title) for p in self.parts))
         status_w = max(6, *(len(p.status) for p in self.parts))
@@ -159,7 +166,7 @@ class Report:
         if self.cells:
             lines += ["", "Cells that did not finish:"]
             lines += ["  " + textwrap.shorten(c.describe(), width - 2) for c in self.cells]
-        return "\n".join(lines)
+        return clean("\n".join(lines))
 
     __str__ = to_text
 
@@ -169,8 +176,8 @@ class Report:
         tampering flags, isolation) stay out of it: they are in the JSON and the gradebook."""
         title = f"# {_md(self.assignment)}: feedback for {_md(self.student)}"
         if self.error:
-            return (f"{title}\n\nThis notebook could not be graded: {_md(self.error)}.\n\n"
-                    "Ask your instructor; no points could be given.\n")
+            return clean(f"{title}\n\nThis notebook could not be graded: {_md(self.error)}."
+                         "\n\nAsk your instructor; no points could be given.\n")
         pending = (f" {_n(self.pending_gpu_points)} more points are graded on a GPU."
                    if self.pending_gpu_points else "")
         lines = [title, "", f"**{_n(self.score)} / {_n(self.max_score)} points** "
@@ -189,13 +196,39 @@ class Report:
         if self.cells:
             lines += ["", "## Cells that did not finish", ""]
             lines += [f"- {_md(c.describe())}" for c in self.cells]
-        return "\n".join(lines) + "\n"
+        return clean("\n".join(lines) + "\n")
 
     def write_markdown(self, path: Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_markdown())
-        return path
+        return _write(path, self.to_markdown())
+
+
+def clean(text) -> str:
+    """``text`` as UTF-8 can write it: a lone surrogate (``"\\udcff"`` in an exception's
+    message, a folder name the file system could not decode) becomes ``?``."""
+    text = str(text)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _cleaned(obj):
+    """Every string in ``obj`` (dicts, lists) :func:`clean`."""
+    if isinstance(obj, str):
+        return clean(obj)
+    if isinstance(obj, dict):
+        return {_cleaned(k): _cleaned(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_cleaned(v) for v in obj]
+    return obj
+
+
+def _write(path: Path, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(clean(text), encoding="utf-8", errors="replace")
+    return path
 
 
 def _n(x: float) -> str:
@@ -212,18 +245,18 @@ def _md(text) -> str:
 
 
 def read_json(path: Path) -> Report:
-    return Report.from_dict(json.loads(Path(path).read_text()))
+    return Report.from_dict(json.loads(Path(path).read_text(encoding="utf-8", errors="replace")))
 
 
 def write_gradebook(reports: list[Report], path: Path) -> Path:
-    """One row per submission: totals, points per part, and what went wrong."""
+    """One row per submission: totals, points per part, flags, and what went wrong."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     keys = list(dict.fromkeys(p.key for r in reports for p in r.parts))
-    with path.open("w", newline="") as f:
+    with path.open("w", newline="", encoding="utf-8", errors="replace") as f:
         w = csv.writer(f)
         w.writerow(["student", "notebook", "assignment", "mode", "score", "max_score",
-                    "percent", *[f"part {k}" for k in keys], "notes", "isolation"])
+                    "percent", *[f"part {k}" for k in keys], "flags", "notes", "isolation"])
         for r in sorted(reports, key=lambda r: r.student):
             by_key = {p.key: p for p in r.parts}
             cells = [p for p in keys if p in by_key]
@@ -233,11 +266,51 @@ def write_gradebook(reports: list[Report], path: Path) -> Path:
             notes += [c.describe() for c in r.cells]
             notes += r.notes
             graded = bool(r.parts)     # an unreadable, unidentified notebook has no parts
-            w.writerow([r.student, r.notebook, r.assignment, r.mode,
-                        *((_n(r.score), _n(r.max_score), f"{r.percent:.1f}") if graded
-                          else ("", "", "")),
-                        *[(_n(by_key[k].points) if by_key[k].counted else
-                           "GPU" if by_key[k].status == NEEDS_GPU else "n/a")
-                          if k in cells else "" for k in keys],
-                        "; ".join(notes), r.isolation])
+            w.writerow(_cleaned([
+                r.student, r.notebook, r.assignment, r.mode,
+                *((_n(r.score), _n(r.max_score), f"{r.percent:.1f}") if graded
+                  else ("", "", "")),
+                *[(_n(by_key[k].points) if by_key[k].counted else
+                   "GPU" if by_key[k].status == NEEDS_GPU else "n/a")
+                  if k in cells else "" for k in keys],
+                "; ".join(r.flags), "; ".join(notes), r.isolation]))
     return path
+
+
+def report_path(out: Path, report: Report, taken: dict) -> Path:
+    """``<out>/<assignment>/<student>.json``; a second notebook of the same student and
+    assignment in this run gets ``<student>__2.json``."""
+    folder = out / (report.assignment if report.assignment != "?" else "unidentified")
+    path, n = folder / f"{report.student}.json", 1
+    while path in taken and taken[path] != Path(report.notebook):
+        n += 1
+        path = folder / f"{report.student}__{n}.json"
+    return path
+
+
+def rebuild_gradebook(folder: Path) -> None:
+    """``folder/gradebook.csv`` from every report in ``folder``: earlier runs' too (a late
+    submission graded alone joins the class; a re-graded one replaces its old row). A file
+    that is not a report is left out, and said; so is a gradebook that cannot be written."""
+    reports = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            reports.append(read_json(path))
+        except Exception as err:  # noqa: BLE001 - not a report of ours
+            say(f"course grade: {path} is left out of the gradebook: not a report "
+                f"({type(err).__name__})", sys.stderr)
+    try:
+        say(f"Gradebook: {write_gradebook(reports, folder / 'gradebook.csv')}")
+    except Exception as err:  # noqa: BLE001 - said; the reports are written
+        say(f"course grade: could not write the gradebook of {folder}: "
+            f"{type(err).__name__}: {err}", sys.stderr)
+
+
+def say(text: str, stream=None) -> None:
+    """Print ``text``, whatever the stream cannot encode replaced."""
+    stream = stream or sys.stdout
+    try:
+        print(text, file=stream, flush=True)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        print(text.encode(encoding, "replace").decode(encoding), file=stream, flush=True)

@@ -10,9 +10,9 @@ here with :mod:`ast`, never running it:
   (``torch.save = ...``, ``setattr(triton..., ...)``, ``def __import__``, a new
   ``sys.meta_path`` finder, IPython input transformers, ``ctypes``, ``gc.get_referrers``).
   Code that hides what it runs from this reading (``exec``, ``eval``, ``compile``,
-  ``__import__`` of a computed name) counts too. A graded notebook never needs either; the
-  grader withholds the verdicts of such a notebook and flags it for the instructor, who
-  can grade it by hand.
+  ``__import__`` of a computed name, a cell nested too deeply to parse here) counts too.
+  A graded notebook never needs either; the grader withholds the verdicts of such a
+  notebook and flags it for the instructor, who can grade it by hand.
 * :func:`launches_a_kernel`: whether the notebook contains a launch (``kernel[grid](...)``)
   of a ``@triton.jit`` kernel it defines at all; without one, no trace of a run can make
   a kernel part pass.
@@ -56,12 +56,22 @@ def parse(source: str) -> ast.Module:
         return ast.parse(source)
 
 
-def _parse(cells):
+def _parse(cells, unreadable: list | None = None):
+    """``(number, tree)`` of each code cell that parses. A cell this process cannot parse
+    but a kernel might run is listed in ``unreadable``: one nested too deeply
+    (``RecursionError``, ``MemoryError``: the notebook may have raised its kernel's recursion
+    limit), or text Python's parser refuses before it reads it (``ValueError``: a lone
+    surrogate, which UTF-8 cannot encode)."""
     for number, source in cells:
         try:
             yield number, parse(_python(source))
         except SyntaxError:
             continue
+        except (RecursionError, MemoryError, ValueError) as err:
+            if unreadable is not None:
+                why = "nested too deeply for the grader to read" if not isinstance(
+                    err, ValueError) else "text the grader cannot read"
+                unreadable.append(f"code cell {number}: {why} ({type(err).__name__})")
 
 
 def _python(source: str) -> str:
@@ -144,9 +154,10 @@ def tampering(cells) -> tuple[list[str], list[str]]:
     """``(changes, hidden)``: statements that change a protected module or reach into the
     interpreter, and code that hides what it runs from this reading. The grader withholds
     the verdicts of a notebook with either."""
-    trees = list(_parse(cells))
+    unreadable: list[str] = []
+    trees = list(_parse(cells, unreadable))
     aliases = _aliases(trees)
-    changes, hidden = [], []
+    changes, hidden = [], unreadable
     for number, tree in trees:
         for node in ast.walk(tree):
             where = f"code cell {number}, line {getattr(node, 'lineno', '?')}"
