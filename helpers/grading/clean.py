@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import registry, sandbox, session
-from .clean_run import MAGIC
 
+MAGIC = b"COURSE-RAW"       # the start of every frame (sent to the process in its header)
 MAX_RESTARTS = 3
 MAX_CALL_LINES = 10000
 
@@ -101,7 +101,7 @@ class CleanCollector:
         self._watchdog_stop = threading.Event()
         threading.Thread(target=self._watch, daemon=True).start()
         header = {"token": self._token, "assignment": self.assignment, "cells": self.cells,
-                  "marks_fd": marks_w}
+                  "marks_fd": marks_w, "magic": MAGIC.decode()}
         self._send(header)
         return self._wait(self.limits.total_timeout)
 
@@ -193,6 +193,11 @@ class CleanCollector:
             text = payload.decode(errors="replace")
             return Reply(kind, json.loads(text) if kind == "defined" else None, text,
                          seconds)
+        if kind == "race":
+            try:
+                return Reply("race", registry.read_data(payload), seconds=seconds)
+            except registry.UnreadableResults as err:
+                return Reply("error", text=str(err), seconds=seconds)
         try:
             return Reply("raw", registry.read_bytes(payload), seconds=seconds)
         except registry.UnreadableResults as err:
@@ -256,8 +261,9 @@ class CleanCollector:
                 self._note_statements()
         return reply
 
-    def collect(self, unit: str, seed: int, checks: dict | None = None) -> Reply:
-        """The raw results of ``unit`` on ``seed`` (restarting a process that is gone)."""
+    def ask(self, request: dict, timeout: float) -> Reply:
+        """A request (a collection, a leaderboard's check or timing), answered by one frame
+        and the course calls made meanwhile (restarting a process that is gone)."""
         if not self.alive():
             if self.restarts >= MAX_RESTARTS:
                 return Reply("died", text="the collection process kept crashing")
@@ -266,16 +272,21 @@ class CleanCollector:
                 return started
         with self._cond:
             first = len(self._lines)
-        request = {"unit": unit, "seed": seed, **(checks or {})}
         self._send(request)
-        reply = self._wait(self.limits.part_timeout)
-        if reply.kind == "raw":     # the calls' pipe is read by another thread: let it catch up
+        reply = self._wait(timeout)
+        unit = request.get("unit", "race")
+        if reply.kind in ("raw", "race"):   # the calls' pipe is read by another thread
             end = f"#end {unit} {self._token}"
             with self._cond:
                 self._cond.wait_for(lambda: end in self._lines[first:], timeout=2.0)
         for marker, calls in self._calls_since(first):
             if marker.startswith("unit "):
-                reply.calls += calls
+                reply.calls += [c for c in calls if c not in reply.calls]
         if reply.kind in ("timeout", "died", "error"):
             self.stop()
         return reply
+
+    def collect(self, unit: str, seed: int, checks: dict | None = None) -> Reply:
+        """The raw results of ``unit`` on ``seed`` (restarting a process that is gone)."""
+        return self.ask({"unit": unit, "seed": seed, **(checks or {})},
+                        self.limits.part_timeout)

@@ -10,8 +10,8 @@ after the notebook has run in its own kernel, and talks to it over three pipes
    (CPU mode), wraps the course's answer-bearing functions (:func:`policy.spy_on_answers`),
    takes a :class:`policy.Snapshot` and installs the audit hook (:func:`policy.install`).
 3. It runs the notebook's *definitions*, statement by statement, in a fresh namespace:
-   imports, ``def`` and ``class``, and assignments to plain names (inside ``if`` and
-   ``try`` too). Nothing else runs: no calls at the top level, no prints, no plots, no
+   imports, ``def`` and ``class``, assignments to plain names and ``del`` of them (inside
+   ``if`` and ``try`` too). Nothing else runs: no calls at the top level, no prints, no plots, no
    loops, no hooks registered with IPython (there is no IPython here).
 4. Then, one request at a time, it collects a unit of raw results on the seed the request
    carries (one per unit, drawn by the grader; the grader's own seed never comes here) and
@@ -31,9 +31,6 @@ import os
 import sys
 import time
 
-MAGIC = b"COURSE-RAW"
-
-
 def _plain_target(node) -> bool:
     import ast
 
@@ -45,8 +42,9 @@ def _plain_target(node) -> bool:
 
 
 def definitions(body: list) -> list:
-    """The statements of ``body`` that define names: imports, functions, classes and
-    assignments to plain names, also inside ``if`` and ``try``; nothing else."""
+    """The statements of ``body`` that define names: imports, functions, classes,
+    assignments to plain names and ``del`` of them, also inside ``if`` and ``try``;
+    nothing else."""
     import ast
 
     kept = []
@@ -54,6 +52,8 @@ def definitions(body: list) -> list:
         if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
                              ast.ClassDef)):
             kept.append(node)
+        elif isinstance(node, ast.Delete) and all(isinstance(t, ast.Name) for t in node.targets):
+            kept.append(node)              # a name the notebook deleted is gone here too
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if all(_plain_target(t) for t in targets) and getattr(node, "value", 1) is not None:
@@ -90,6 +90,7 @@ def main() -> None:
     stdin = sys.stdin.buffer
     header = json.loads(stdin.readline())
     token = header["token"].encode()       # kept in this frame only: never in a global
+    magic = header["magic"].encode()
     out = os.dup(1)                         # the record's pipe; the learner's prints go nowhere
     quiet = os.open(os.devnull, os.O_WRONLY)
     os.dup2(quiet, 1)
@@ -98,7 +99,7 @@ def main() -> None:
     write, dumps, encode = os.write, json.dumps, str.encode
 
     def send(kind: str, payload: bytes) -> None:
-        head = MAGIC + token + encode(kind.ljust(8)) + len(payload).to_bytes(8, "big")
+        head = magic + token + encode(kind.ljust(8)) + len(payload).to_bytes(8, "big")
         data = head + payload
         while data:
             data = data[write(out, data):]
@@ -137,6 +138,18 @@ def main() -> None:
         if not line:
             return
         request = json.loads(line)
+        if "race" in request:           # the class leaderboard (:mod:`.leaderboard`)
+            from helpers.grading import leaderboard
+
+            mark("unit race")
+            found = changes()
+            reply = {"tampered": found} if found else leaderboard.serve(spec, request,
+                                                                         namespace)
+            buffer = io.BytesIO()
+            save(reply, buffer)
+            mark("end race")
+            send("race", buffer.getvalue())
+            continue
         mark(f"unit {request['unit']}")
         found = changes()
         if found:                  # nothing the rebound code could forge runs from here on

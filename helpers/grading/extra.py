@@ -200,7 +200,7 @@ def _grade(checks, merged, collector, cells, cell_results, mode, limits, done, s
                                      "kernel of its own: the graded function must launch one",
                                      result.seconds)
                 reused = problem(part, collection.data, collection.calls,
-                                 collector.statement_calls)
+                                 collector.statement_calls, merged.name)
                 if reused and result.status == PASSED:
                     result = _result(part, FAILED, reused, result.seconds)
         results[part.key] = result

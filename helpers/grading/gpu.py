@@ -87,6 +87,13 @@ def alone(timeout: float):
         gate.close()
 
 
+def cell_turn(mode: str, limits):
+    """A shared turn for one of a notebook's cells in GPU mode; nothing in CPU mode."""
+    if mode != "gpu":
+        return contextlib.nullcontext()
+    return shared(limits.cell_timeout + limits.part_timeout)
+
+
 class gpu_lock:  # noqa: N801 - used as a context manager, like a function
     """``with gpu_lock(): ...`` runs the block alone among this machine's users of the
     same lock file (in one process's view of /tmp)."""

@@ -49,7 +49,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import classroom, extra, flags, parts, registry, sandbox
+from . import classroom, extra, flags, gpu, parts, registry, sandbox
 from .report import (ERROR, NEEDS_GPU, CellResult, PartResult, Report, clean,
                      rebuild_gradebook, report_path, say)
 
@@ -262,7 +262,8 @@ def _grade(report: Report, path: Path, assignment, limits: Limits, mode: str, ch
                                                   f"limit of {limits.total_timeout:g} s",
                                                   _first_line(source))
                 continue
-            ex = run.session.run(source, min(limits.cell_timeout, left))
+            with gpu.cell_turn(mode, limits):        # a timing elsewhere has the GPU alone
+                ex = run.session.run(source, min(limits.cell_timeout, left))
             if ex.status != "ok":
                 evalue = ex.evalue if ex.status != "died" else ex.reason
                 # "(3412986.py, line 2)": IPython's scratch file name says nothing to a learner

@@ -270,7 +270,8 @@ def _grade(spec, collector, cells, cell_results, mode, limits, seed, launches, n
                                 "the notebook launches no @triton.jit kernel of its own "
                                 "(no kernel[grid](...) anywhere in it): the graded function "
                                 "must launch one", result.seconds)
-        reused = problem(part, collection.data, collection.calls, collector.statement_calls)
+        reused = problem(part, collection.data, collection.calls, collector.statement_calls,
+                         spec.name)
         if reused:
             notes.append(f"part {part.key}: {reused}")
             if result.status == PASSED:

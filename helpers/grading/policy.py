@@ -39,9 +39,20 @@ RECORD_MODULES = ("torch.serialization", "pickle", "io", "zipfile", "builtins", 
 LEARNER_FILE = "<cell "       # the file name of every piece of the learner's code here
 _BUILTIN_NAMES = frozenset(vars(builtins))
 
-# Library files allowed the refused calls, for their own bookkeeping (a logger's caller, a
-# named tuple's module); what they get never reaches the learner's code.
-_SAFE_FILES = tuple(os.path.join(os.path.dirname(os.__file__), name) for name in (
+# Library files allowed the refused calls, for their own bookkeeping; what they get never
+# reaches the learner's code. The first group reads a caller's frame for a module's name
+# (a named tuple, a TypeVar, an Enum made in a function), the second formats a warning or
+# finds a logger's caller.
+_LIB = os.path.dirname(os.__file__)
+_NAMERS = tuple(os.path.join(_LIB, name) for name in (
+    "typing.py", "collections/__init__.py", "enum.py"))
+try:
+    import typing_extensions      # torch's; it reads its caller's module the same way
+
+    _NAMERS += (typing_extensions.__file__,)
+except ImportError:
+    pass
+_SAFE_FILES = tuple(os.path.join(_LIB, name) for name in (
     "logging/__init__.py", "typing.py", "collections/__init__.py", "enum.py",
     "dataclasses.py", "warnings.py", "abc.py")) + (__file__,)
 # Library helpers that hand a frame to whoever calls them.
@@ -80,7 +91,7 @@ class Guard:
             # ``f_back``, to the collector's.
             caller = self._caller_file()
             given = args[0].f_code.co_filename if args and args[0] is not None else ""
-            if caller == __file__:        # the spies below
+            if caller == __file__ or caller.startswith(_NAMERS):   # spies; a module's name
                 return None
             if caller.startswith((LEARNER_FILE, *_FRAME_GIVERS)) \
                     or given.startswith(LEARNER_FILE):
@@ -198,10 +209,20 @@ def _answer_function(value) -> bool:
         for p in ANSWER_MODULES)
 
 
+_COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # helpers/
+
+
 def _learner_below(frame) -> bool:
+    """Whether the call was made by the notebook's code: the first frame below that is
+    the notebook's or the course's decides (library frames in between, a ``map`` or a
+    pytree walk, are looked through); a course function calling another is not a call
+    the notebook made."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith(LEARNER_FILE):
+        name = frame.f_code.co_filename
+        if name.startswith(LEARNER_FILE):
             return True
+        if name.startswith(_COURSE_DIR):
+            return False
         frame = frame.f_back
     return False
 

@@ -365,17 +365,26 @@ class UnreadableResults(ValueError):
     """Raw results too large or not what the grader's collector wrote."""
 
 
-def read_bytes(data: bytes) -> dict:
-    """Raw results from their bytes, read as data only (``weights_only=True``)."""
+decode = _decode     # ... and the grader reads them back
+
+
+def read_data(data: bytes):
+    """Bytes a collection process wrote with ``torch.save``, read as data only
+    (``weights_only=True``: numbers, words, lists, dicts and tensors; no code runs)."""
     import torch
 
     if len(data) > MAX_RAW_BYTES:
         raise UnreadableResults(f"the results are larger than {MAX_RAW_BYTES >> 20} MiB")
     try:
-        data = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - anything but our own data
         raise UnreadableResults(f"the results could not be read as data "
                                 f"({type(err).__name__})") from None
+
+
+def read_bytes(data: bytes) -> dict:
+    """Raw results from their bytes, read as data only (:func:`read_data`)."""
+    data = read_data(data)
     if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
         raise UnreadableResults("the results file is not one the grader wrote")
     if data["ok"]:

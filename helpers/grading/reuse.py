@@ -17,6 +17,13 @@ only what decides a graded part is read.
 
 from __future__ import annotations
 
+# Course functions an assignment hands out (its text tells the learner to call them): a
+# call to one is part of the exercise, not reuse.
+HANDED_OUT = {
+    "06_flash_attention": ("helpers.kernels.attention.forward_config",),
+    "08_moe": ("helpers.kernels.moe.grouped.combine",),
+}
+
 
 def _launched(raw) -> list[str]:
     names = []
@@ -26,13 +33,15 @@ def _launched(raw) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def problem(part, data: dict | None, calls, statement_calls: dict) -> str | None:
+def problem(part, data: dict | None, calls, statement_calls: dict,
+            assignment: str = "") -> str | None:
     """What of the course's code decided ``part``, in words for the learner, or None."""
     from .similarity import course_copy
 
-    used = list(dict.fromkeys(calls))
+    allowed = HANDED_OUT.get(assignment, ())
+    used = [c for c in dict.fromkeys(calls) if c not in allowed]
     for name in part.names:
-        used += [c for c in statement_calls.get(name, ()) if c not in used]
+        used += [c for c in statement_calls.get(name, ()) if c not in used and c not in allowed]
     if used:
         return (f"uses the course's own {used[0]}"
                 + (f" (and {len(used) - 1} more)" if len(used) > 1 else "")

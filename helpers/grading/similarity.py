@@ -214,9 +214,12 @@ def course_copy(source: str) -> str | None:
 
     ``source`` is a kernel's text as ``inspect.getsource`` gives it (decorator or not).
     """
-    form = normal_form(source)
-    exact = None if form is None else course_kernels().get(form)
-    if exact:
-        return exact
-    bag = bag_form(source)
+    try:
+        form = normal_form(source)
+        exact = None if form is None else course_kernels().get(form)
+        if exact:
+            return exact
+        bag = bag_form(source)
+    except (RecursionError, MemoryError, ValueError):   # nested too deep to write back
+        return None
     return None if bag is None else course_bags().get(bag)

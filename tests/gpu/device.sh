@@ -8,6 +8,8 @@
 #                                                 first: a copied tree cannot vouch for its own)
 #   bash tests/gpu/device.sh notebooks [PATH ...] every notebook top to bottom, compiled (nbval-lax)
 #   bash tests/gpu/device.sh pytest [ARGS ...]    the test suite in GPU mode
+#   bash tests/gpu/device.sh grade [ARGS ...]     ./course grade, in GPU mode
+#   bash tests/gpu/device.sh leaderboard [ARGS ...] ./course leaderboard, in GPU mode
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ -d .whl ] && ! python3 -c 'import nbval' 2>/dev/null; then
@@ -21,5 +23,8 @@ case "$cmd" in
   notebooks) [ $# -gt 0 ] || set -- notebooks solutions
              python3 -m pytest -q -p no:cacheprovider --nbval-lax "$@" ;;
   pytest)    python3 -m pytest -q -p no:cacheprovider "$@" ;;
-  *) echo "unknown step ${cmd:-(none)}: use record, notebooks or pytest (see the header)" >&2; exit 2 ;;
+  grade)     python3 -m helpers.grading.grader "$@" ;;
+  leaderboard) python3 -m helpers.grading.leaderboard "$@" ;;
+  *) echo "unknown step ${cmd:-(none)}: use record, notebooks, pytest, grade or leaderboard" \
+       "(see the header)" >&2; exit 2 ;;
 esac
