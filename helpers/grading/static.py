@@ -38,7 +38,13 @@ INTROSPECTION = {"ctypes": "ctypes", "meta_path": "sys.meta_path", "settrace": "
                  "get_objects": "gc.get_objects", "__code__": "a function's code object",
                  "__globals__": "a function's globals", "f_globals": "a frame's globals",
                  "_getframe": "the interpreter's frames", "__builtins__": "__builtins__",
-                 "__subclasses__": "every class of the interpreter"}
+                 "__subclasses__": "every class of the interpreter",
+                 "__closure__": "a function's closure", "cell_contents": "a function's closure",
+                 "getclosurevars": "a function's closure", "__wrapped__": "a wrapped function",
+                 "f_back": "the interpreter's frames", "f_locals": "a frame's locals",
+                 "tb_frame": "the interpreter's frames", "currentframe": "the interpreter's frames",
+                 "walk_stack": "the interpreter's frames", "walk_tb": "the interpreter's frames",
+                 "addaudithook": "an audit hook"}
 HIDDEN = ("exec", "eval", "compile")
 
 
