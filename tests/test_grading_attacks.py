@@ -225,3 +225,17 @@ def test_a_record_with_a_trial_left_out_or_reseeded_is_not_the_graders():
     other = dict(raw, trials=[dict(t, seed=t["seed"] + 1) for t in raw["trials"]])
     fb = _verdict(va, other)
     assert not fb.passed and "ran on other inputs" in fb.message, fb
+    # The judge pairs each record with the grader's own case: a record names trials, never
+    # their sizes; one the grader did not ask for, one run twice or block sizes no kernel
+    # has refuse it, before any reference is computed.
+    first = raw["trials"][0]
+    asked_for_nothing = dict(raw, trials=raw["trials"] + [dict(first, label="n=10**10")])
+    fb = _verdict(va, asked_for_nothing)
+    assert not fb.passed and "was not asked for" in fb.message, fb
+    fb = _verdict(va, dict(raw, trials=raw["trials"] + [raw["trials"][1]]))
+    assert not fb.passed and "run twice" in fb.message, fb
+    giant = dict(raw, trials=[dict(t, blocks={"BLOCK_SIZE": 2**40}) for t in raw["trials"]])
+    fb = _verdict(va, giant)
+    assert not fb.passed and "block sizes" in fb.message, fb
+    huge = [dict(t, params=dict(t["params"], n=10**10)) for t in raw["trials"]]
+    assert _verdict(va, dict(raw, trials=huge)).passed     # judged on the grader's sizes

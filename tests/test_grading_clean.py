@@ -3,6 +3,8 @@
 Each plant is an attack of one class, written the way the grader's source reading does not
 see it (an alias it does not follow, a name put together at run time), on assignment 03:
 
+* top-level code that is not a definition (``globals().update(answer=...)``): it runs in
+  the notebook's kernel, never in the clean process;
 * a hook the notebook's own interpreter offers (IPython's events) that rewrites the record
   of a collection as it is saved: the clean process has no IPython and never runs the
   notebook's top-level calls, so the hook never runs where the record is made;
@@ -68,6 +70,12 @@ def _everything(assignment, key, namespace, seed):
 _done = setattr(_registry, "collect", _everything)
 """
 
+# Top-level code that is not a definition: run in the notebook's kernel (its check would
+# pass there), never in the clean process, where the answer is then not defined.
+EXPRESSION_ONLY = """
+globals().update(add_flops=10**9)
+"""
+
 TRACE = """
 import sys as _s
 _name = "set" + "trace"
@@ -130,6 +138,7 @@ def _kernel_cell_replaced(source):
 PLANTS = {
     "ipython_event": (_blank_plus(IPYTHON_EVENT), {}),
     "rebind": (_blank_plus(REBIND), {}),
+    "expression_only": (_blank_plus(EXPRESSION_ONLY), {}),
     "trace": (_blank_plus(TRACE), {}),
     "default_argument": (_blank_plus(DEFAULT_ARGUMENT), {}),
     "device_call": (_kernel_cell_replaced(DEVICE_CALL),
@@ -156,7 +165,8 @@ def _parts(report):
     return {p["key"]: p for p in report["parts"]}
 
 
-@pytest.mark.parametrize("name", ["ipython_event", "rebind", "trace", "default_argument"])
+@pytest.mark.parametrize("name", ["ipython_event", "rebind", "trace", "default_argument",
+                                  "expression_only"])
 def test_an_attack_on_a_blank_notebook_scores_what_the_blank_scores(reports, name):
     report = reports[name]
     assert report["score"] == 0, report
@@ -170,6 +180,11 @@ def test_a_rebound_course_is_seen_in_the_clean_process_and_its_verdicts_withheld
     assert all(p["points"] == 0 for p in report["parts"]), report
     withheld = [p for p in report["parts"] if "not graded" in p["message"]]
     assert withheld and all(p["status"] == "error" for p in withheld), report
+
+
+def test_what_the_notebook_set_outside_its_definitions_is_not_what_is_judged(reports):
+    part = _parts(reports["expression_only"])["1a"]
+    assert part["points"] == 0 and "not defined" in part["message"], part
 
 
 def test_a_trace_hook_is_refused_and_named_for_the_instructor(reports):

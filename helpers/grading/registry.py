@@ -22,6 +22,7 @@ defines ``ASSIGNMENT``, named after the notebook it grades (``03_vector_add_inte
 from __future__ import annotations
 
 import importlib
+import os
 import io
 import math
 import pkgutil
@@ -272,6 +273,11 @@ def check_function(assignment: Assignment, keys: tuple[str, ...], doc: str):
     """The ``check_*`` function a notebook calls for the parts ``keys``: with no argument it
     checks the names the learner's notebook defined, and prints one line per part."""
     def check(namespace: dict | None = None) -> Results:
+        if os.environ.get("COURSE_GRADING") == "1":
+            # The grader runs the notebook for its cells' report and checks every part
+            # itself, in a clean process: a check here would only repeat that work.
+            print("check skipped: the grader runs this notebook and checks every part itself")
+            return Results([])
         return run_checks(assignment, keys, caller_namespace(namespace))
 
     check.__doc__ = doc

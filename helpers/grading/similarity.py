@@ -18,16 +18,19 @@ normal form is Python's own: :mod:`ast` parses the source and ``ast.unparse`` wr
 renamed tree back, so formatting and comments vanish by construction.
 
 A second, looser form catches a copy edited to look different: statements that do nothing
-(``pass``, a bare constant, ``x = x``, ``x = x + 0``) are dropped, every local name becomes
-one placeholder, and the statements are compared as a bag, so independent lines put in
-another order still match. It applies to kernels of at least :data:`MIN_BAG` statements:
+(``pass``, a bare constant, ``x = x``, ``x = x + 0``) are dropped, each parameter is named
+by its place and each local by a digest of the expression it holds, and the statements
+are compared as a bag, so independent lines put in another order still match (and a line
+that loads another input, or adds in another order, does not). It applies to kernels of at least :data:`MIN_BAG` statements:
 shorter ones are too few lines to tell a copy from the same idea written twice.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import functools
+import hashlib
 import importlib
 import inspect
 import pkgutil
@@ -100,14 +103,70 @@ def normal_form(source: str) -> str | None:
     return ast.unparse(ast.Module(body=[fn], type_ignores=[]))
 
 
-class _OneName(ast.NodeTransformer):
-    def __init__(self, local: set[str]):
-        self.local = local
+class _ByMeaning(ast.NodeTransformer):
+    """Each name the function chooses replaced by what it holds (``meaning``)."""
+
+    def __init__(self, meaning: dict[str, str]):
+        self.meaning = meaning
 
     def visit_Name(self, node: ast.Name):
-        if node.id in self.local:
-            node.id = "_"
+        if node.id in self.meaning:
+            node.id = self.meaning[node.id]
         return node
+
+    def visit_arg(self, node: ast.arg):
+        node.arg = self.meaning.get(node.arg, node.arg)
+        return node
+
+
+def _digest(text: str) -> str:
+    return "_v" + hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _meant(node, meaning) -> str:
+    return ast.unparse(_ByMeaning(meaning).visit(copy.deepcopy(node)))
+
+
+def _bind(target, value: str, meaning: dict) -> None:
+    """``target`` now holds ``value``: each name in it named after it (and its place)."""
+    if isinstance(target, ast.Name):
+        meaning[target.id] = _digest(value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for i, element in enumerate(target.elts):
+            _bind(element, f"{value}[{i}]", meaning)
+    elif isinstance(target, ast.Starred):
+        _bind(target.value, f"*{value}", meaning)
+
+
+def _statements(body, meaning: dict, out: list[str]) -> None:
+    """Each statement in its normal form, in order; compound statements as their header
+    and then their bodies. A name is named by the expression it was last given, so lines
+    that do not depend on each other may come in any order."""
+    for stmt in body:
+        if _no_op(stmt):
+            continue
+        if isinstance(stmt, ast.Assign):
+            value = _meant(stmt.value, meaning)
+            for target in stmt.targets:
+                _bind(target, value, meaning)
+            out.append(" = ".join([_meant(t, meaning) for t in stmt.targets] + [value]))
+        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            value = (f"{_meant(stmt.target, meaning)} {type(stmt.op).__name__} "
+                     f"{_meant(stmt.value, meaning)}")
+            _bind(stmt.target, value, meaning)
+            out.append(f"{_meant(stmt.target, meaning)} = {value}")
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            iterated = _meant(stmt.iter, meaning)
+            _bind(stmt.target, f"for {iterated}", meaning)
+            out.append(f"for {_meant(stmt.target, meaning)} in {iterated}")
+            _statements(stmt.body + stmt.orelse, meaning, out)
+        elif isinstance(stmt, (ast.If, ast.While)):
+            out.append(f"{type(stmt).__name__} {_meant(stmt.test, meaning)}")
+            _statements(stmt.body + stmt.orelse, meaning, out)
+        elif isinstance(stmt, (ast.With, ast.Try)):
+            _statements(stmt.body, meaning, out)
+        else:
+            out.append(_meant(stmt, meaning))
 
 
 def _no_op(node) -> bool:
@@ -134,21 +193,17 @@ def _no_op(node) -> bool:
 
 
 def bag_form(source: str) -> tuple[str, ...] | None:
-    """The statements of the first function in ``source``, no-ops dropped, every local
-    name one placeholder, sorted; None if it does not parse or is too short to judge."""
+    """The statements of the first function in ``source``, no-ops dropped, each parameter
+    named by its place and each local by what it holds, sorted; None if it does not parse
+    or is too short to judge."""
     fn = _first_function(source)
     if fn is None:
         return None
-    local = _locals(fn)
-    statements = []
-    for node in ast.walk(fn):
-        body = getattr(node, "body", None)
-        if not isinstance(body, list):
-            continue
-        for stmt in body + list(getattr(node, "orelse", []) or []):
-            if _no_op(stmt) or isinstance(stmt, (ast.For, ast.While, ast.If, ast.With)):
-                continue
-            statements.append(ast.unparse(_OneName(local).visit(ast.parse(ast.unparse(stmt)))))
+    args = fn.args
+    params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    meaning = {name: f"_p{i}" for i, name in enumerate(params)}
+    statements: list[str] = []
+    _statements(fn.body, meaning, statements)
     if len(statements) < MIN_BAG:
         return None
     return tuple(sorted(statements))
@@ -181,6 +236,7 @@ def course_bags() -> dict[tuple[str, ...], str]:
             if (bag := bag_form(source)) is not None}
 
 
+@functools.lru_cache(maxsize=1)
 def course_kernels() -> dict[str, str]:
     """``{normal form: qualified name}`` of every ``@triton.jit`` function in helpers.kernels."""
     found = {}
