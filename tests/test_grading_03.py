@@ -2,7 +2,7 @@
 
 Every planted submission is the solution notebook with one mistake put in, the kind a
 learner makes (forgetting the write of C, no mask, computing with torch, a syntax error,
-an infinite loop, ...). Each must lose exactly the points of the parts it breaks, with a
+an infinite loop, ...), or a few napkin-math slips in parts that do not read one another. Each must lose exactly the points of the parts it breaks, with a
 message that names the mistake, and never crash the grader. They are generated here from
 solutions/, so they follow the solution when it changes (a replacement that no longer
 applies fails loudly).
@@ -43,32 +43,30 @@ _edit = edit
 # name -> (how to plant it, {part: words its message must contain}); every other part
 # must score full points.
 PLANTS = {
-    "forgot_write": (
-        _edit([("add_bytes = 3 * N * BYTES_PER_FP16", "add_bytes = 2 * N * BYTES_PER_FP16")]),
-        {"1b": "forget the write of C", "1c": "forget the write of C",
-         "1e": "forget the write of C"}),
-    "seconds_not_ms": (
-        _edit([("add_flops / peak) * 1e3", "add_flops / peak)")]),
-        {"1e": "seconds"}),
-    "bits_not_bytes": (
-        _edit(append=["add_bytes = 8 * 3 * N * BYTES_PER_FP16"]),
-        {"1b": "bits, not bytes"}),
-    "says_compute_bound": (
-        _edit([('add_bound = "memory" if add_intensity < ridge else "compute"',
-                'add_bound = "compute"')]),
-        {"1d": "left of the ridge point"}),
-    "nan_answer": (
-        _edit(append=['add_intensity = float("nan")']),
-        {"1c": "nan"}),
-    "deleted_name": (
-        _edit(append=["del add_flops"]),
-        {"1a": "deleted"}),
-    "in_place_saves_a_write": (
-        _edit([("inplace_intensity = N / (3 * N * 2)", "inplace_intensity = N / (2 * N * 2)")]),
-        {"2b": "in place still writes A back"}),
-    "tensor_core_ridge": (
-        _edit([('ridge_fp32 = h100.ridge_point("fp32")', 'ridge_fp32 = h100.ridge_point("fp16")')]),
-        {"2d": "tensor-core ridge"}),
+    # Napkin-math slips, several to a notebook: each touches parts no other one in its
+    # notebook reads, so each must still lose exactly its own parts, with its own message
+    # (one notebook graded instead of five: the grader's run is the cost of a plant).
+    "napkin_slips_a": (
+        _edit([("add_bytes = 3 * N * BYTES_PER_FP16", "add_bytes = 2 * N * BYTES_PER_FP16"),
+               ("inplace_intensity = N / (3 * N * 2)", "inplace_intensity = N / (2 * N * 2)"),
+               ('ridge_fp32 = h100.ridge_point("fp32")', 'ridge_fp32 = h100.ridge_point("fp16")'),
+               ("update_intensity = 2 * N / update_bytes",
+                "update_intensity = 2 * N / (N * (2 + 4))"),
+               ("bytes_at_pred = update_bytes / N * PRED_N",
+                "bytes_at_pred = 8 * update_bytes / N * PRED_N")]),
+        {"1b": "forget the write of C", "1c": "forget the write of C",      # forgot the write
+         "1e": "forget the write of C",
+         "2b": "in place still writes A back", "2d": "tensor-core ridge",
+         "5b": "forget the write", "5e": "bits, not bytes"}),
+    "napkin_slips_b": (
+        _edit([("add_flops / peak) * 1e3", "add_flops / peak)"),
+               ('add_bound = "memory" if add_intensity < ridge else "compute"',
+                'add_bound = "compute"'),
+               ("bandwidth_bytes_per_s * 1e6 + floor_us", "bandwidth_bytes_per_s * 1e6")],
+              append=["add_bytes = 8 * 3 * N * BYTES_PER_FP16",
+                      'add_intensity = float("nan")', "del add_flops"]),
+        {"1e": "seconds", "1d": "left of the ridge point", "5e": "launch floor",
+         "1b": "bits, not bytes", "1c": "nan", "1a": "deleted"}),
     "syntax_error": (
         _edit([("mask = offsets < n_elements ", "mask = offsets < n_elements) ")]),
         {"3a": "SyntaxError", "3b": "SyntaxError"}),
@@ -145,15 +143,6 @@ PLANTS = {
                ("tl.load(w_ptr + offsets, mask=mask)", "tl.load(w_ptr + offsets)"),
                ("w + alpha * g, mask=mask)", "w + alpha * g)")]),
         {"5d": "past the end"}),
-    "fused_intensity_forgets_the_write": (
-        _edit([("update_intensity = 2 * N / update_bytes", "update_intensity = 2 * N / (N * (2 + 4))")]),
-        {"5b": "forget the write"}),
-    "prediction_in_bits": (
-        _edit([("bytes_at_pred = update_bytes / N * PRED_N", "bytes_at_pred = 8 * update_bytes / N * PRED_N")]),
-        {"5e": "bits, not bytes"}),
-    "prediction_without_the_launch_floor": (
-        _edit([("bandwidth_bytes_per_s * 1e6 + floor_us", "bandwidth_bytes_per_s * 1e6")]),
-        {"5e": "launch floor"}),
     "fused_update_by_torch": (
         _edit([("update_kernel[(triton.cdiv(n, BLOCK_SIZE),)](w, g, out, ALPHA, n, BLOCK_SIZE=BLOCK_SIZE)\n"
                 "    return out", "return w + ALPHA * g.float()")]),

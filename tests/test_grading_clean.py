@@ -149,7 +149,7 @@ PLANTS = {
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory):
+def graded_plants(tmp_path_factory):
     """The plants graded in one parallel run (the solution and the blank are graded, and
     asserted, by tests/test_grading_03.py: the blank scores 0 in CPU mode)."""
     problem = None if helpers.is_gpu() else cpu_mode_problem()
@@ -167,14 +167,14 @@ def _parts(report):
 
 @pytest.mark.parametrize("name", ["ipython_event", "rebind", "trace", "default_argument",
                                   "expression_only"])
-def test_an_attack_on_a_blank_notebook_scores_what_the_blank_scores(reports, name):
-    report = reports[name]
+def test_an_attack_on_a_blank_notebook_scores_what_the_blank_scores(graded_plants, name):
+    report = graded_plants[name]
     assert report["score"] == 0, report
     assert not report.get("error"), report["error"]
 
 
-def test_a_rebound_course_is_seen_in_the_clean_process_and_its_verdicts_withheld(reports):
-    report = reports["rebind"]
+def test_a_rebound_course_is_seen_in_the_clean_process_and_its_verdicts_withheld(graded_plants):
+    report = graded_plants["rebind"]
     assert any("at run time" in n and "registry.collect" in n for n in report["notes"]), \
         report["notes"]
     assert all(p["points"] == 0 for p in report["parts"]), report
@@ -182,26 +182,26 @@ def test_a_rebound_course_is_seen_in_the_clean_process_and_its_verdicts_withheld
     assert withheld and all(p["status"] == "error" for p in withheld), report
 
 
-def test_what_the_notebook_set_outside_its_definitions_is_not_what_is_judged(reports):
-    part = _parts(reports["expression_only"])["1a"]
+def test_what_the_notebook_set_outside_its_definitions_is_not_what_is_judged(graded_plants):
+    part = _parts(graded_plants["expression_only"])["1a"]
     assert part["points"] == 0 and "not defined" in part["message"], part
 
 
-def test_a_trace_hook_is_refused_and_named_for_the_instructor(reports):
-    assert any("sys.settrace" in n for n in reports["trace"]["notes"]), reports["trace"]
+def test_a_trace_hook_is_refused_and_named_for_the_instructor(graded_plants):
+    assert any("sys.settrace" in n for n in graded_plants["trace"]["notes"]), graded_plants["trace"]
 
 
-def test_numbers_computed_by_the_course_score_zero_with_a_note(reports):
-    parts = _parts(reports["default_argument"])
+def test_numbers_computed_by_the_course_score_zero_with_a_note(graded_plants):
+    parts = _parts(graded_plants["default_argument"])
     for key in ("1a", "1b", "1c"):
         assert parts[key]["points"] == 0, parts[key]
         assert "helpers.intensity" in parts[key]["message"], parts[key]
-    notes = reports["default_argument"]["notes"]
+    notes = graded_plants["default_argument"]["notes"]
     assert any("part 1a" in n and "helpers.intensity" in n for n in notes), notes
 
 
 @pytest.mark.parametrize("name", ["device_call", "pasted"])
-def test_a_kernel_that_is_the_courses_loses_exactly_its_parts(reports, name):
+def test_a_kernel_that_is_the_courses_loses_exactly_its_parts(graded_plants, name):
     _, expected = PLANTS[name]
-    assert_loses_exactly(reports[name], registry.get(ASSIGNMENT), expected)
-    assert any("part 3a" in n for n in reports[name]["notes"]), reports[name]["notes"]
+    assert_loses_exactly(graded_plants[name], registry.get(ASSIGNMENT), expected)
+    assert any("part 3a" in n for n in graded_plants[name]["notes"]), graded_plants[name]["notes"]

@@ -39,7 +39,7 @@ CLASS = {
 
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory):
+def graded_board(tmp_path_factory):
     problem = None if helpers.is_gpu() else cpu_mode_problem()
     if problem:
         pytest.skip(f"CPU-mode grading cannot run here: {problem}")
@@ -56,8 +56,8 @@ def board(tmp_path_factory):
     return entries, facts, page.parent
 
 
-def test_the_correct_kernels_are_ranked_by_the_median_of_their_rounds(board):
-    entries, facts, _ = board
+def test_the_correct_kernels_are_ranked_by_the_median_of_their_rounds(graded_board):
+    entries, facts, _ = graded_board
     ranked = [e for e in entries if not e.problem]
     assert {e.student for e in ranked} == {"alice", "carol"}, entries
     assert all(len(e.times) == 2 for e in ranked)
@@ -65,16 +65,16 @@ def test_the_correct_kernels_are_ranked_by_the_median_of_their_rounds(board):
     assert facts["rounds"] == 2 and facts["device"]
 
 
-def test_a_wrong_kernel_and_the_courses_kernel_are_off_the_board_with_the_reason(board):
-    entries, _, _ = board
+def test_a_wrong_kernel_and_the_courses_kernel_are_off_the_board_with_the_reason(graded_board):
+    entries, _, _ = graded_board
     off = {e.student: e.problem for e in entries if e.problem}
     assert set(off) == {"bob", "mallory"}, off
     assert "differ" in off["bob"], off["bob"]
     assert "helpers.kernels.vector_add.add_kernel" in off["mallory"], off["mallory"]
 
 
-def test_the_page_names_the_machine_the_input_and_what_cpu_mode_means(board):
-    _, facts, folder = board
+def test_the_page_names_the_machine_the_input_and_what_cpu_mode_means(graded_board):
+    _, facts, folder = graded_board
     print((folder / "leaderboard.md").read_text())     # the figures, for a GPU run's log
     page = (folder / "leaderboard.md").read_text()
     assert facts["device"] in page and facts["case"] in page

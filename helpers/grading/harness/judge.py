@@ -67,8 +67,9 @@ class Verdict:
         self.watched = [t for t in self.trials if not t.case.compiled]
         self.compiled = [t for t in self.trials if t.case.compiled]
         if odd:
-            self._refuse(Case(odd, {}), f"the record of the run is not the grader's: {odd} "
-                                        "(was the grader tampered with?)")
+            self._refuse(task.first().seeded(seed), f"the record of the run is not the "
+                                                    f"grader's: {odd} (was the grader "
+                                                    "tampered with?)")
         elif isinstance(seed, int) and self.trials:
             self._check_cover(seed)
 
