@@ -7,7 +7,8 @@ parts whose outcome depends on the machine or the grader's seed): lessons 04-08 
 :data:`LIMITS`; lesson 03 in ``tests/test_grading_03.py``. They use:
 
 * :func:`edit`: make a plant (replacements that must each match exactly one code cell, so
-  a plant that no longer applies fails loudly instead of testing nothing);
+  a plant that no longer applies fails loudly instead of testing nothing); :func:`together`
+  puts slips of parts that do not read one another into one notebook;
 * :func:`grade_plants`: grade every plant, the solution and the blank assignment in one
   parallel run of the grader, as an instructor would, and return the reports by name;
 * :func:`assert_loses_exactly`: a plant loses exactly the points of the parts it breaks,
@@ -52,6 +53,23 @@ def edit(replace=(), append=(), insert_after_first=()):
         return nb
 
     return apply
+
+
+def together(*entries):
+    """Several plants in one notebook: their edits one after another, the parts they lose
+    taken together (and those that may go either way). Only for slips in parts that do not
+    read one another, so that each must still lose exactly its own parts with its own
+    message: a plant's cost is a whole run of the grader, not its one slip."""
+    def apply(nb):
+        for plant, *_ in entries:
+            nb = plant(nb)
+        return nb
+    expected, either = {}, ()
+    for _, lost, *rest in entries:
+        assert not set(lost) & set(expected), "slips in one notebook must lose other parts"
+        expected.update(lost)
+        either += tuple(rest[0]) if rest else ()
+    return apply, expected, either
 
 
 def solution(assignment: str) -> Path:

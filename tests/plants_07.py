@@ -6,7 +6,7 @@ invalid entry. Each plant is made from solutions/07_autotuning.ipynb (a replacem
 no longer applies fails loudly) and graded by tests/test_grading_lessons.py.
 """
 
-from planting import edit  # tests/planting.py
+from planting import edit, together  # tests/planting.py
 
 KEY = "return tuple(max(16, triton.next_power_of_2(n)) for n in (M, N, K))"
 
@@ -47,3 +47,15 @@ PLANTS = {
         edit([("(64, 64, 64, 4, 4)", "(64, 96, 64, 4, 4)")]),
         {"1a": "BLOCK_N = 96"}),
 }
+
+# Slips in parts that do not read one another, graded in one notebook each group.
+PLANTS["slips_a"] = together(*(PLANTS.pop(name) for name in (
+    "tiles_compared_with_m_itself",
+    "key_doubles_exact_powers_of_two",
+    "block_n_not_a_power_of_two",
+)))
+PLANTS["slips_b"] = together(*(PLANTS.pop(name) for name in (
+    "two_bytes_for_every_dtype",
+    "key_never_buckets",
+    "block_k_of_8",
+)))

@@ -8,7 +8,7 @@ solutions/08_moe.ipynb (a replacement that no longer applies fails loudly) and g
 tests/test_grading_lessons.py.
 """
 
-from planting import edit  # tests/planting.py
+from planting import edit, together  # tests/planting.py
 
 TILES = """\
     tiles = (counts + BLOCK_M - 1) // BLOCK_M               # an empty expert owns no tile
@@ -79,3 +79,15 @@ PLANTS = {
                "wasted_fraction = wasted_rows / sum(PADDING_COUNTS)")]),
         {"3b": "divide by the real rows"}),
 }
+
+# Slips in parts that do not read one another, graded in one notebook each group.
+PLANTS["slips_a"] = together(*(PLANTS.pop(name) for name in (
+    "bincount_without_minlength",
+    "empty_expert_owns_a_tile",
+    "padding_in_tiles",
+)))
+PLANTS["slips_b"] = together(*(PLANTS.pop(name) for name in (
+    "copies_dropped_silently",
+    "padding_rows_stored",
+    "fraction_of_the_real_rows",
+)))
