@@ -39,6 +39,12 @@ def test_the_course_own_notebooks_tamper_with_nothing(path):
     ("import ctypes", "ctypes"),
     ("import gc\ngc.get_referrers(1)", "gc.get_referrers"),
     ("object.__setattr__(part, 'judge', None)", "__setattr__"),
+    ("from helpers.bounds import _active", "machinery (helpers.bounds._active)"),
+    ("import helpers\nhelpers.bounds._active[-1].launches.append(1)",
+     "machinery (helpers.bounds._active)"),
+    ("from helpers.grading.harness import collect", "machinery (helpers.grading.harness"),
+    ("import helpers.grading.policy as p", "machinery (helpers.grading.policy)"),
+    ("from helpers.grading import registry as r\nx = r.judge", "machinery"),
 ])
 def test_changes_to_what_the_grader_relies_on_are_found(source, found):
     changes, _ = static.tampering([(7, source)])

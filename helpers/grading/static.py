@@ -46,6 +46,18 @@ INTROSPECTION = {"ctypes": "ctypes", "meta_path": "sys.meta_path", "settrace": "
                  "walk_stack": "the interpreter's frames", "walk_tb": "the interpreter's frames",
                  "addaudithook": "an audit hook"}
 HIDDEN = ("exec", "eval", "compile")
+# The grader's own machinery: a graded notebook imports its check_* calls from
+# helpers.grading.assignments, never the collector or the judge, nor the bounds watch's
+# private state (lesson 03 shows the watch itself: its public names are fine).
+MACHINERY = ("helpers.bounds._",) + tuple(f"helpers.grading.{m}" for m in (
+    "registry", "harness", "policy", "clean", "clean_run", "parts", "grader", "session",
+    "sandbox", "static", "similarity", "reuse", "gpu", "extra", "answers", "report", "flags",
+    "leaks", "outputs", "kernel_launcher", "leaderboard"))
+
+
+def _machinery(name: str) -> bool:
+    return any(name == m or name.startswith(m if m.endswith("_") else m + ".")
+               for m in MACHINERY)
 
 
 def parse(source: str) -> ast.Module:
@@ -203,6 +215,15 @@ def tampering(cells) -> tuple[list[str], list[str]]:
                     else [node.module or ""]
                 if any(m.split(".")[0] == "ctypes" for m in mods):
                     label = "ctypes"
+                if isinstance(node, ast.ImportFrom):
+                    mods += [f"{node.module}.{a.name}" for a in node.names]
+                used = next((m for m in mods if _machinery(m)), None)
+                if used:
+                    changes.append(f"{where}: imports the grader's machinery ({used})")
+            if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store):
+                name = _dotted(node, aliases)
+                if name and _machinery(name) and not _machinery(name.rsplit(".", 1)[0]):
+                    changes.append(f"{where}: reaches the grader's machinery ({name})")
             if label:
                 changes.append(f"{where}: reaches into the interpreter ({label})")
     return list(dict.fromkeys(changes)), list(dict.fromkeys(hidden))
