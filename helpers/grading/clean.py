@@ -70,7 +70,7 @@ class CleanCollector:
         self.proc = None
         self.restarts = -1
         self.defined: dict | None = None       # the first start's account of the definitions
-        self.statement_calls: dict[tuple[int, int], list[str]] = {}
+        self.statement_calls: dict[str, list[str]] = {}   # graded name -> course calls
 
     # -- the process ----------------------------------------------------------------------
 
