@@ -2,7 +2,8 @@
 
 Every planted submission is the solution notebook with one mistake put in, the kind a
 learner makes (forgetting the write of C, no mask, computing with torch, a syntax error,
-an infinite loop, ...), or a few napkin-math slips in parts that do not read one another. Each must lose exactly the points of the parts it breaks, with a
+an infinite loop, ...), or a few napkin-math slips in parts that do not read one
+another. Each must lose exactly the points of the parts it breaks, with a
 message that names the mistake, and never crash the grader. They are generated here from
 solutions/, so they follow the solution when it changes (a replacement that no longer
 applies fails loudly).

@@ -21,8 +21,9 @@ A second, looser form catches a copy edited to look different: statements that d
 (``pass``, a bare constant, ``x = x``, ``x = x + 0``) are dropped, each parameter is named
 by its place and each local by a digest of the expression it holds, and the statements
 are compared as a bag, so independent lines put in another order still match (and a line
-that loads another input, or adds in another order, does not). It applies to kernels of at least :data:`MIN_BAG` statements:
-shorter ones are too few lines to tell a copy from the same idea written twice.
+that loads another input, or adds in another order, does not). It applies to kernels of at
+least :data:`MIN_BAG` statements: shorter ones are too few lines to tell a copy from the
+same idea written twice.
 """
 
 from __future__ import annotations
