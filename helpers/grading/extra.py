@@ -13,7 +13,7 @@ reads, and for a graded function a ``collect`` run in the learner's process)::
 
     EXTENDS = "03_vector_add_intensity"
 
-    def _collect(ns, seed):              # in the submission's kernel, after its cells ran
+    def _collect(ns, seed):              # in the clean collection process
         ...                              # run answer(ns, "vector_add") on inputs from seed
         return {"out": ...}
 
