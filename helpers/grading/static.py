@@ -3,8 +3,8 @@
 The raw results of a graded function come from a process that runs the learner's
 definitions (:mod:`.clean_run`): a notebook that patches the tools the collection relies
 on (torch's serialiser, Triton's interpreter, the course's modules, Python's import
-machinery) could try to rewrite the record of its own run there. Its *source* cannot lie to the grader, which reads it
-here with :mod:`ast`, never running it:
+machinery) could try to rewrite the record of its own run there. Its *source* cannot lie
+to the grader, which reads it here with :mod:`ast`, never running it:
 
 * :func:`tampering`: statements that change a library or the course from the outside
   (``torch.save = ...``, ``setattr(triton..., ...)``, ``def __import__``, a new
