@@ -34,7 +34,7 @@ from . import registry, sandbox, session
 
 MAGIC = b"COURSE-RAW"       # the start of every frame (sent to the process in its header)
 MAX_RESTARTS = 3
-MAX_CALL_LINES = 10000
+MAX_CALL_LINES = 10000      # distinct calls kept between two of the collector's markers
 
 
 def python_source(source: str) -> str:
@@ -136,10 +136,17 @@ class CleanCollector:
 
     def _read_calls(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as pipe:
+            seen: set[str] = set()          # the calls since the last marker
+            suffix = " " + self._token
             for line in pipe:
+                text = line.decode(errors="replace").rstrip("\n")
                 with self._cond:
-                    if len(self._lines) < MAX_CALL_LINES:
-                        self._lines.append(line.decode(errors="replace").rstrip("\n"))
+                    if text.startswith("#") and text.endswith(suffix):
+                        self._lines.append(text)   # a marker is always kept
+                        seen.clear()
+                    elif text not in seen and len(seen) < MAX_CALL_LINES:
+                        self._lines.append(text)   # a call, once between two markers
+                        seen.add(text)
                     self._cond.notify_all()
 
     def _put(self, frame) -> None:
@@ -241,6 +248,13 @@ class CleanCollector:
                 out[-1][1].append(line)
         return out
 
+    def _wait_for_marker(self, text: str, first: int = 0) -> None:
+        """Wait until the calls' pipe has brought the collector's marker ``text``: the
+        process writes it before its reply, but another thread reads that pipe."""
+        marker = f"#{text} {self._token}"
+        with self._cond:
+            self._cond.wait_for(lambda: marker in self._lines[first:], timeout=10.0)
+
     def _note_statements(self) -> None:
         for marker, calls in self._calls_since(0):
             words = marker.split(" ")
@@ -256,6 +270,9 @@ class CleanCollector:
         """Start the process; the reply says what the definitions did."""
         reply = self._start()
         if reply.kind == "defined":
+            # The calls' pipe is read by another thread: wait for the definitions' last
+            # marker before reading which statements called the course.
+            self._wait_for_marker("defined")
             if self.defined is None:
                 self.defined = reply.data
                 self._note_statements()
@@ -276,9 +293,7 @@ class CleanCollector:
         reply = self._wait(timeout)
         unit = request.get("unit", "race")
         if reply.kind in ("raw", "race"):   # the calls' pipe is read by another thread
-            end = f"#end {unit} {self._token}"
-            with self._cond:
-                self._cond.wait_for(lambda: end in self._lines[first:], timeout=2.0)
+            self._wait_for_marker(f"end {unit}", first)
         for marker, calls in self._calls_since(first):
             if marker.startswith("unit "):
                 reply.calls += [c for c in calls if c not in reply.calls]
