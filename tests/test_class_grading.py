@@ -62,7 +62,7 @@ def _collect(ns, seed):                   # in the submission's kernel
     return {"out": answer(ns, "vector_add")(a, b)}
 
 
-def _judge(raw):                          # in the grader's process
+def _judge(raw):                          # in the grader's judge process
     a, b = _inputs(raw["__seed__"])
     out = raw["out"]
     ok = isinstance(out, torch.Tensor) and out.shape == a.shape and bool(

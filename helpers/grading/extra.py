@@ -17,7 +17,7 @@ reads, and for a graded function a ``collect`` run in the learner's process)::
         ...                              # run answer(ns, "vector_add") on inputs from seed
         return {"out": ...}
 
-    def _judge(raw):                     # here, in the grader's process
+    def _judge(raw):                     # in the grader's judge process
         return Feedback("H1 odd sizes", ok, "what is wrong, never the expected value")
 
     PARTS = (Part("H1", "odd sizes", 2, _judge, ("vector_add",), collect=_collect,
@@ -30,7 +30,8 @@ a group of the assignment (``after="kernel"``), be graded only on a GPU (``gpu=T
 share a group's collection with another hidden part; a graded kernel is held to the same rule
 as the built-in ones (it must launch a kernel of the notebook's own).
 
-Where it runs: the module is imported here, in the grader's process, where its judges run.
+Where it runs: the module is imported here, in the grader's process, and again in each
+submission's judge process (:mod:`.judging`), where its judges run with the part's limits.
 For collection its *source* is sent to a clean collection process of its own
 (:mod:`.clean_run`: the notebook's definitions, never its cells) only after the definitions
 have run, and executed there in memory: it is never written into the sandbox, so no cell
@@ -49,7 +50,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import parts, registry, static
+from . import judging, parts, registry, static
 from .report import (
     ERROR,
     FAILED,
@@ -130,7 +131,7 @@ def load(path) -> Checks:
 
 
 # --------------------------------------------------------------------------------------
-# Grading: collected in the clean process (:mod:`.clean_run`), judged here.
+# Grading: collected in the clean process (:mod:`.clean_run`), judged in :mod:`.judging`.
 # --------------------------------------------------------------------------------------
 
 
@@ -141,7 +142,8 @@ def _result(part, status: str, message: str, seconds: float = 0.0) -> PartResult
 def grade_parts(checks: Checks, spec: registry.Assignment, run, cells, cell_results, tmp: str,
                 mode: str, limits, done: list[PartResult]) -> list[PartResult]:
     """The hidden parts of one notebook, after the assignment's own parts (``done``),
-    collected in a clean process of their own with a seed of their own, judged here."""
+    collected in a clean process of their own with a seed of their own, judged in a judge
+    process (:mod:`.judging`)."""
     merged = checks.merged(spec)
     changes, hidden = static.tampering(cells)
     if changes or hidden:      # the assignment's parts are withheld: so are these
@@ -153,13 +155,15 @@ def grade_parts(checks: Checks, spec: registry.Assignment, run, cells, cell_resu
     seed = secrets.randbits(31)
     collector = parts.clean_collector(spec, cells, tmp, mode, limits)
     try:
-        return _grade(checks, merged, collector, cells, cell_results, mode, limits, done, seed,
-                      launches)
+        with judging.Judge(merged.name, limits, (checks.source, checks.path)) as judge:
+            return _grade(checks, merged, collector, judge, cells, cell_results, mode, limits,
+                          done, seed, launches)
     finally:
         collector.stop()
 
 
-def _grade(checks, merged, collector, cells, cell_results, mode, limits, done, seed, launches):
+def _grade(checks, merged, collector, judge, cells, cell_results, mode, limits, done, seed,
+           launches):
     from .reuse import problem
 
     results = {r.key: r for r in done}
@@ -193,7 +197,7 @@ def _grade(checks, merged, collector, cells, cell_results, mode, limits, done, s
                 result = f if f.key == part.key else _result(
                     part, f.status, f"not checked: part {f.key} {f.status} on the same code")
             else:
-                result = parts._judged(part, collection, cells, cell_results)
+                result = parts._judged(part, collection, cells, cell_results, judge)
                 if result.status == PASSED and part.collect is not None and not part.gpu \
                         and not launches and parts._kernel_trials(collection):
                     result = _result(part, FAILED, "the notebook launches no @triton.jit "

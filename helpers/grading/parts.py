@@ -1,4 +1,4 @@
-"""Grading the parts of a notebook that has run: collect in a clean process, judge here.
+"""Grading the parts of a notebook that has run: collect in a clean process, then judge.
 
 After the grader has run a submission's cells in its kernel (:mod:`.grader`: what each
 cell did is the learner's report), each graded part gets its verdict in two steps:
@@ -8,7 +8,8 @@ cell did is the learner's report), each graded part gets its verdict in two step
    definitions, then collects one unit at a time: the plain values of all the napkin-math
    answers at once, then each graded function's trials, on inputs made from a seed drawn
    for that unit here, after the notebook has run. The notebook's kernel takes no part.
-2. **Judge**, here, in the grader's process: the raw results are read as data only
+2. **Judge**, in a child of the grader with the part's time limit and a memory cap
+   (:mod:`.judging`): the raw results are read as data only
    (``torch.load(weights_only=True)``) and each part's judge makes the verdict. A part
    that the course's own code decided scores 0 (:mod:`.reuse`); a clean process that saw
    the course rebound withholds the verdicts. In GPU mode each collection takes its turn
@@ -21,7 +22,7 @@ import re
 import secrets
 import zlib
 
-from . import registry, static
+from . import judging, registry, static
 from .report import (
     CRASHED,
     ERROR,
@@ -163,7 +164,7 @@ def _collect(collector, spec, unit: str, seed: int, limits, checks=None) -> Coll
                      names)
 
 
-def _judged(part, collection: Collection, cells, cell_results) -> PartResult:
+def _judged(part, collection: Collection, cells, cell_results, judge) -> PartResult:
     data = collection.data
     seconds = float(data.get("seconds") or 0.0) if isinstance(data.get("seconds"), (int, float)) \
         else 0.0
@@ -181,7 +182,7 @@ def _judged(part, collection: Collection, cells, cell_results) -> PartResult:
                             f"could not be checked: {data.get('error', '')}", seconds)
         explain_undefined(result, cells, cell_results)
         return result
-    feedback, missing = registry.judge(part, data["raw"])
+    feedback, missing = judge.verdict(part, data["raw"])
     status = PASSED if feedback.passed else (feedback.status or FAILED)
     result = PartResult(part.key, part.title, part.points if feedback.passed else 0,
                         part.points, status, feedback.message, seconds)
@@ -194,8 +195,8 @@ def _judged(part, collection: Collection, cells, cell_results) -> PartResult:
 
 def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, mode: str,
                 limits) -> tuple[list[PartResult], list[str]]:
-    """Every part of ``spec``, collected in a clean process and judged here (``run``, the
-    notebook's kernel, is not used: its cells have run).
+    """Every part of ``spec``, collected in a clean process and judged in a judge process
+    (:mod:`.judging`; ``run``, the notebook's kernel, is not used: its cells have run).
 
     Returns the results and the notes for the instructor: code that tampers with the
     grader's tools (its verdicts are withheld), code that hides what it runs, kernels
@@ -216,13 +217,14 @@ def grade_parts(spec: registry.Assignment, run, cells, cell_results, tmp: str, m
     seed = secrets.randbits(31)     # drawn now: the notebook has finished running
     collector = clean_collector(spec, cells, tmp, mode, limits)
     try:
-        return _grade(spec, collector, cells, cell_results, mode, limits, seed, launches,
-                      notes)
+        with judging.Judge(spec.name, limits) as judge:
+            return _grade(spec, collector, judge, cells, cell_results, mode, limits, seed,
+                          launches, notes)
     finally:
         collector.stop()
 
 
-def _grade(spec, collector, cells, cell_results, mode, limits, seed, launches, notes):
+def _grade(spec, collector, judge, cells, cell_results, mode, limits, seed, launches, notes):
     from ..feedback import needs_gpu
     from .reuse import problem
 
@@ -263,7 +265,7 @@ def _grade(spec, collector, cells, cell_results, mode, limits, seed, launches, n
                                                failure.status, f"not checked: part "
                                                f"{failure.key} {failure.status} on the same code")
             continue
-        result = _judged(part, collection, cells, cell_results)
+        result = _judged(part, collection, cells, cell_results, judge)
         if result.status == PASSED and part.collect is not None and not part.gpu \
                 and not launches and _kernel_trials(collection):
             result = PartResult(part.key, part.title, 0, part.points, FAILED,
