@@ -33,9 +33,10 @@ import threading
 import time
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
+from typing import Self
 
-from . import registry, session
 from ..feedback import Feedback
+from . import registry, session
 
 BASE_MB = 1024          # what the child holds before it judges: torch, the course
 POLL_S = 0.05           # how often the memory is read while a verdict is awaited
@@ -150,7 +151,7 @@ class Judge:
         self.name, self.limits, self.checks = name, limits, checks
         self.conn, self.pid = None, 0
 
-    def __enter__(self) -> Judge:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
