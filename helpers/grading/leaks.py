@@ -23,12 +23,9 @@ from . import build
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Functions that travel although they are an answer up to renaming, and why.
-KNOWN_ANSWERS = {
-    "helpers/kernels/rmsnorm.py: residual_rmsnorm_kernel":
-        "lesson 05 runs the course's fused kernel, the one assignment 05 asks for; a "
-        "submission that pastes it is flagged as a copy of the course's (similarity.py)",
-}
+# Functions that travel although they are an answer up to renaming, and why (none today:
+# assignment 05 once asked for the RMSNorm kernel lesson 05 runs; it asks for LayerNorm).
+KNOWN_ANSWERS: dict[str, str] = {}
 
 
 def _statements(body):

@@ -32,8 +32,8 @@ import threading
 import types
 
 # Modules whose functions compute what graded parts ask for.
-ANSWER_MODULES = ("helpers.kernels", "helpers.grading", "helpers.intensity", "helpers.roofline",
-                  "helpers.tile_plan", "helpers.exercises")
+ANSWER_MODULES = ("helpers.kernels", "helpers.grading", "helpers.intensity", "helpers.launches",
+                  "helpers.roofline", "helpers.tile_plan", "helpers.exercises")
 # Modules the collector writes its record with: rebinding their names is tampering too.
 RECORD_MODULES = ("torch.serialization", "pickle", "io", "zipfile", "builtins", "json")
 LEARNER_FILE = "<cell "       # the file name of every piece of the learner's code here
@@ -227,10 +227,38 @@ def _learner_below(frame) -> bool:
     return False
 
 
+def import_answer_modules() -> None:
+    """Import every module of :data:`ANSWER_MODULES` (a few ms: their imports are loaded),
+    but the grader's own machinery and the instructor's answer keys."""
+    import importlib
+    import pkgutil
+
+    names = []
+    for root in ANSWER_MODULES:
+        try:
+            module = importlib.import_module(root)
+        except Exception:  # noqa: BLE001 - not in this release
+            continue
+        path = getattr(module, "__path__", None)
+        names += [info.name for info in pkgutil.walk_packages(path, root + ".")] if path else []
+    for name in names:
+        machinery = name.startswith("helpers.grading.") and not name.startswith(
+            "helpers.grading.assignments.") or name.rsplit(".", 1)[-1].startswith("keys_")
+        if name.startswith(ANSWER_MODULES) and not machinery and name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a module this machine cannot load is not spied
+                pass
+
+
 def spy_on_answers(fd: int) -> None:
     """Wrap every answer-bearing function where the course binds it: a call made with
     learner code on the stack writes ``module.function`` down ``fd``, a pipe the grader
-    reads (what is written there cannot be taken back from this process)."""
+    reads (what is written there cannot be taken back from this process).
+
+    Every answer module is imported first: one the notebook imported only later would
+    bind its functions unwatched (``from helpers.launches import trace as count``)."""
+    import_answer_modules()
     spies: dict[int, types.FunctionType] = {}
     getframe, write = sys._getframe, os.write
 
