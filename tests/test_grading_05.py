@@ -94,18 +94,18 @@ def test_the_timed_parts_need_a_correct_kernel_first(monkeypatch):
         assert "needs a correct, in-bounds kernel first" in fb.message, fb
 
 
-def test_the_speed_goal_sits_below_what_the_bytes_predict():
-    """3a races add + F.layer_norm: the bytes predict 1.25x for a kernel that reads each row
-    once, and 0.83x for one that reads x and residual twice. The goal sits between."""
+def test_the_speed_goal_needs_the_fusion_not_only_bandwidth():
+    """3a races add + F.layer_norm: the add and the norm as two kernels at full bandwidth
+    would reach what the bytes predict, 1.25x; the goal asks for more, which only a fused
+    kernel near the copy bandwidth reaches (1.57x on an H100: the GPU test below)."""
     k = keys_fusion
     torch_bytes = k.dispatched("torch").bytes
-    assert torch_bytes / (k.FUSED_BYTES + 2 * k.MN * 2) < 1 < fusion.SPEEDUP_GOAL \
-        <= torch_bytes / k.FUSED_BYTES
+    assert 1 < torch_bytes / k.FUSED_BYTES < fusion.SPEEDUP_GOAL < 1.5
 
 
 def _timings(ratio):
-    return {"yours": 0.1, "torch": 0.1 * ratio, "eager": 0.9, "gpu": "a GPU",
-            "copy_gbps": 3000.0, "bytes": keys_fusion.FUSED_BYTES}
+    return {"yours": 0.1, "torch": 0.1 * ratio, "norm_only": 0.08, "eager": 0.9,
+            "gpu": "a GPU", "copy_gbps": 3000.0, "bytes": keys_fusion.FUSED_BYTES}
 
 
 def test_a_kernel_below_the_speed_goal_loses_3a():
@@ -113,6 +113,7 @@ def test_a_kernel_below_the_speed_goal_loses_3a():
     fb = fusion._speed(_timings(0.98 * fusion.SPEEDUP_GOAL))
     assert not fb.passed and f"the goal is {fusion.SPEEDUP_GOAL:g}x" in fb.message, fb
     assert "count what your kernel reads" in fb.message
+    assert "F.layer_norm alone ran at 56% of the copy bandwidth" in fb.message
 
 
 LEARNER = """

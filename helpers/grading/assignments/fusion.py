@@ -19,7 +19,7 @@ Parts (20 points; 15 graded in CPU mode, the last 5 on a GPU):
        and matches the reference on awkward shapes, three dtypes and
        rows that trip the usual designs
 2b     its kernel never reads or writes outside its tensors             2
-3a     >= 1.2x faster than add + ``F.layer_norm`` (GPU)                 3
+3a     >= 1.35x faster than add + ``F.layer_norm`` (GPU)                3
 3b     within 20 % of the predicted time (GPU)                          2
 =====  ==========================================================  ======
 """
@@ -42,11 +42,15 @@ EPS = 1e-5                       # F.layer_norm's default
 TOLERANCE = 0.02                 # relative, for every napkin-math number
 # Part 3a: the speed-up over add + F.layer_norm, PyTorch's own fused LayerNorm after the
 # add, timed side by side. The bytes alone predict 1.25x (10 MN bytes against 8 MN: the add
-# writes h and the norm reads it back); a fused kernel that reads each row once passes,
-# one that reads x and residual twice (12 MN bytes) does not. tests/test_grading_05.py
-# checks the goal against the bytes; on an H100 the solution's kernel measured 1.57x (its
-# row at 98 % of the copy bandwidth, PyTorch's LayerNorm kernel near 60 %).
-SPEEDUP_GOAL = 1.2
+# writes h and the norm reads it back), were both at the same fraction of the copy
+# bandwidth; but PyTorch's LayerNorm kernel runs well below it on these rows (about 60 % on
+# an H100), so a fused kernel near the copy bandwidth does better: the solution's kernel
+# measured 1.57x on an H100 (98 % of the copy bandwidth; bash tests/gpu/device.sh pytest
+# tests/test_grading_05.py). The goal passes a fused kernel at 85 % of the copy bandwidth
+# and fails the add and the norm as two kernels even at full bandwidth (1.25x);
+# tests/test_grading_05.py checks it against the bytes, and on a GPU that the solution
+# passes.
+SPEEDUP_GOAL = 1.35
 TIME_SLACK = 1.2                 # part 3b: measured time <= 1.2 x predicted
 
 # ------------------------------------------------------------------------------------
@@ -333,12 +337,13 @@ def _collect_timings(ns, seed) -> dict:
         fn(x, r, w, b)
         yours = bench.time_ms(lambda: fn(x, r, w, b))
         pytorch = bench.time_ms(lambda: residual_layernorm_torch(x, r, w, b))
+        norm_only = bench.time_ms(lambda: F.layer_norm(x, (N,), w, b, EPS))
         eager = bench.time_ms(lambda: residual_layernorm_eager(x, r, w, b))
     h, y = fn(x, r, w, b)
     # The bytes the fused kernel must move: its inputs and outputs, each once.
     moved = sum(t.numel() * t.element_size() for t in (x, r, w, b, h, y))
-    return {"yours": yours, "torch": pytorch, "eager": eager, "copy_gbps": copy["gbps"],
-            "bytes": moved, "gpu": torch.cuda.get_device_name()}
+    return {"yours": yours, "torch": pytorch, "norm_only": norm_only, "eager": eager,
+            "copy_gbps": copy["gbps"], "bytes": moved, "gpu": torch.cuda.get_device_name()}
 
 
 def _ms(nbytes: float, gbps: float) -> float:
@@ -348,9 +353,13 @@ def _ms(nbytes: float, gbps: float) -> float:
 def _speed(t):
     part = "3a faster than add + F.layer_norm"
     ratio = float(t["torch"]) / float(t["yours"])
+    # F.layer_norm alone moves 4 MN bytes (h in, y out): its share of the copy bandwidth
+    # says how much of the win is PyTorch's kernel running below it, not the fusion.
+    norm_share = _ms(4 * M * N, float(t["copy_gbps"])) / float(t.get("norm_only") or "nan")
     text = (f"on {t['gpu']} at {M}x{N} bf16: yours {t['yours']:.4f} ms, add + F.layer_norm "
             f"{t['torch']:.4f} ms: {ratio:.2f}x (the goal is {SPEEDUP_GOAL:g}x; the eager "
-            f"version took {float(t['eager']):.4f} ms)")
+            f"version took {float(t['eager']):.4f} ms; F.layer_norm alone ran at "
+            f"{norm_share:.0%} of the copy bandwidth)")
     return target(part, ratio >= SPEEDUP_GOAL, text,
                   "A fused kernel should read x, residual, the weight and the bias once and "
                   "write h and y once, with nothing but the launch in residual_layernorm: "
