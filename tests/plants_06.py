@@ -6,7 +6,7 @@ is made from solutions/06_flash_attention.ipynb (a replacement that no longer ap
 loudly) and graded by tests/test_grading_lessons.py.
 """
 
-from planting import edit  # tests/planting.py
+from planting import edit, together  # tests/planting.py
 
 RESCALED_L = "l_i = l_i * rescale + tl.sum(p, 1)"
 RESCALED_ACC = "acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])"
@@ -58,10 +58,15 @@ PLANTS = {
     "padded_keys_unmasked": (
         edit([("visible = cols[None, :] < seq_len", "visible = rows[:, None] < seq_len")]),
         {"2a": "padded keys"}),
-    # Right on every row that sees a key; NaN only on the fully masked rows.
-    "merge_nan_on_fully_masked_rows": (
-        edit([('shift = torch.where(m == float("-inf"), 0.0, m)', "shift = m")]),
-        {"1": "exp(-inf - (-inf)) is NaN"}),
+    # Merge: right on every row that sees a key; NaN only on the fully masked rows. Kernel:
+    # the running maximum starts at 0, which every ordinary row survives (its shift cancels
+    # in O and in lse); only rows whose scores all sit far below zero underflow to 0 / 0.
+    "merge_nan_and_maximum_from_zero": together(
+        (edit([('shift = torch.where(m == float("-inf"), 0.0, m)', "shift = m")]),
+         {"1": "exp(-inf - (-inf)) is NaN"}),
+        (edit([('m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
+                "m_i = tl.zeros((BLOCK_M,), tl.float32)")]),
+         {"2a": "far below zero", "2b": "far below zero"})),
     "torch_instead_of_triton": (
         edit([(LAUNCH, "    return attention.attention_reference(q, k, v, causal)\n" + LAUNCH)]),
         {"2a": "launched no Triton kernel", "2b": "launched no Triton kernel",

@@ -48,6 +48,7 @@ import secrets
 import sys
 import types
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from . import judging, parts, registry, static
@@ -98,6 +99,13 @@ def from_source(source: str, filename: str) -> Checks:
         raise ChecksError(f"{filename}: PARTS must be a non-empty tuple of "
                           "helpers.grading.registry.Part")
     return Checks(filename, source, extends, tuple(found))
+
+
+def merged_spec(source: str, filename: str) -> registry.Assignment:
+    """The assignment with the checks of ``source`` after its own parts (how a judge process,
+    :mod:`.judging`, rebuilds them from their source)."""
+    checks = from_source(source, filename)
+    return checks.merged(registry.get(checks.extends))
 
 
 def load(path) -> Checks:
@@ -155,7 +163,8 @@ def grade_parts(checks: Checks, spec: registry.Assignment, run, cells, cell_resu
     seed = secrets.randbits(31)
     collector = parts.clean_collector(spec, cells, tmp, mode, limits)
     try:
-        with judging.Judge(merged.name, limits, (checks.source, checks.path)) as judge:
+        build = partial(merged_spec, checks.source, checks.path)
+        with judging.Judge(merged.name, limits, build) as judge:
             return _grade(checks, merged, collector, judge, cells, cell_results, mode, limits,
                           done, seed, launches)
     finally:

@@ -10,7 +10,7 @@ a judge starts in milliseconds rather than the seconds an import of torch takes.
 grader waits for each verdict with the part's time limit and watches the child's resident
 memory; past either, the child is killed, that part reads "not graded", and the class goes
 on. Hidden checks (:mod:`.extra`) are judged the same way: the child rebuilds them from
-their source.
+their source (:func:`.extra.merged_spec`).
 
 The fork server is ``python -m helpers.grading.judging`` (one per grader process, started
 on first use, gone when the grader's pipe to it closes): it imports the course, then forks a
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 from typing import Self
@@ -106,28 +107,19 @@ def _serve_forks(address: str) -> None:
             conn.close()
 
 
-def _spec(name: str, checks: tuple[str, str] | None) -> registry.Assignment:
-    if checks is None:
-        return registry.get(name)
-    from . import extra
-
-    found = extra.from_source(*checks)
-    return found.merged(registry.get(found.extends))
-
-
 def _serve(conn) -> None:
     """In the child: one verdict per message, until the grader closes the pipe."""
     specs: dict = {}
     while True:
         try:
-            name, checks, key = conn.recv()
+            name, build, key = conn.recv()
             payload = conn.recv_bytes()
         except (EOFError, OSError):
             return
         try:
-            if (name, checks) not in specs:
-                specs[(name, checks)] = _spec(name, checks)
-            part = specs[(name, checks)].part(key)
+            if name not in specs:
+                specs[name] = build()
+            part = specs[name].part(key)
             data = registry.read_bytes(payload)
             answer = registry.judge(part, data["raw"])
         except Exception as err:  # noqa: BLE001 - said to the grader, never a silent death
@@ -142,13 +134,17 @@ def _not_graded(part: registry.Part, why: str) -> tuple[Feedback, list[str]]:
 
 
 class Judge:
-    """One submission's judge process (``checks``: a hidden checks module's source and path).
+    """One submission's judge process for the assignment ``name``; ``build``, a function the
+    child can import by name (a ``functools.partial`` of one), makes the assignment there
+    when it is not a registered one as it stands (hidden checks: :func:`.extra.merged_spec`).
 
     Use it as a context manager, or call :meth:`stop` when the submission is graded.
     """
 
-    def __init__(self, name: str, limits, checks: tuple[str, str] | None = None):
-        self.name, self.limits, self.checks = name, limits, checks
+    def __init__(self, name: str, limits, build=None):
+        self.limits = limits
+        self.name = name if build is None else f"{name} + {secrets.token_hex(4)}"
+        self.build = build or partial(registry.get, name)
         self.conn, self.pid = None, 0
 
     def __enter__(self) -> Self:
@@ -192,7 +188,7 @@ class Judge:
             if not self.alive():
                 self.stop()
                 self._start()
-            self.conn.send((self.name, self.checks, part.key))
+            self.conn.send((self.name, self.build, part.key))
             self.conn.send_bytes(buffer.getvalue())
         except (OSError, EOFError, ValueError, RuntimeError) as err:
             self.stop()

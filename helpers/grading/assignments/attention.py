@@ -41,6 +41,7 @@ DTYPE_OF = {harness.dtype_name(d): d for d in (FP16, BF16, FP32)}
 TOL = {d: (2 * a, 2 * r) for d, (a, r) in ak.TOLERANCES.items()}
 LSE_TOL = (5e-3, 1e-3)                # fp32 whatever the inputs
 LARGE, ACCUMULATION = "large scores", "V in the thousands"
+NEGATIVE = "every score far below zero"   # a running maximum that starts at 0 underflows
 SPEED_SHAPE, SPEED_DTYPE = (64, 4096, 64), BF16      # 4 x 16 heads, 4096 tokens, d = 64
 SPEED_GOAL, COURSE_SLACK = 2.0, 1.2
 INF = math.inf
@@ -81,7 +82,8 @@ class FlashForward(harness.KernelTask):
             out += [self.case(n, 16, FP32, causal) for n in (1, 7, bn + 1, 2 * bn, long)]
             out += [self.case(n, 32, FP16, causal, heads=3) for n in (7, long)]
             out += [self.case(bn + 1, 64, FP16, causal, heads=1),
-                    self.case(long, 16, FP16, causal, LARGE)]
+                    self.case(long, 16, FP16, causal, LARGE),
+                    self.case(bn + 3, 16, FP32, causal, NEGATIVE, heads=1)]
         return out + [self.case(4 * max(bm, bn), 16, FP16, False, ACCUMULATION, heads=1)]
 
     def compiled_cases(self, blocks):
@@ -95,6 +97,8 @@ class FlashForward(harness.KernelTask):
         q, k, v = (torch.randn(p["heads"], p["n"], p["d"], generator=g) for _ in range(3))
         if p["kind"] == LARGE:                  # scores in the hundreds: exp overflows
             q, k = 8 * q, 8 * k
+        elif p["kind"] == NEGATIVE:             # q . k about -64 d: scores near -256
+            q, k = 8 + 0.5 * q, -(8 + 0.5 * k)
         elif p["kind"] == ACCUMULATION:         # every score 0 (p = 1), V 1000-2000
             q, v = 0 * q, 1000 + 1000 * torch.rand(v.shape, generator=g)
         return tuple(t.to(DTYPE_OF[p["dtype"]]).to(device) for t in (q, k, v))
@@ -125,7 +129,8 @@ class FlashForward(harness.KernelTask):
 
     def summary(self, cases):
         lengths = sorted({c.params["n"] for c in cases})
-        return f"lengths {', '.join(map(str, lengths))}, d = 16 to 64, fp32 and fp16"
+        return (f"lengths {', '.join(map(str, lengths))}, d = 16 to 64, fp32 and fp16, scores "
+                "in the hundreds and rows whose scores all sit far below zero")
 
 
 TASK = FlashForward()
@@ -142,6 +147,10 @@ def _hint(case, o, inputs, blocks) -> str:
     """What a wrong O's pattern says about the kernel."""
     (q, k, v), (bm, bn), n, causal = inputs, blocks, case.params["n"], case.params["causal"]
     if not torch.isfinite(o.float()).all():
+        if case.params["kind"] == NEGATIVE:
+            return ("O holds NaN on rows whose scores are all far below zero: exp(s - m) "
+                    "underflows to 0 for every key when the running maximum m starts anywhere "
+                    "but -inf, and l stays 0. Start m at -inf; the first tile sets it")
         if case.params["kind"] == LARGE:
             return ("O holds inf or NaN on large scores: exp overflows. Subtract the running "
                     "maximum before exp (p = exp(s - m_new)) and rescale by exp(m_old - m_new)")
@@ -263,12 +272,12 @@ def _collect_kernel(ns, seed):
     return raw
 
 
-def _of(v, causal=None, kinds=("", LARGE)):
+def _of(v, causal=None, kinds=("", LARGE, NEGATIVE)):
     return [t for t in v.trials if t.case.params.get("kind") in kinds
             and causal in (None, t.case.params.get("causal"))]
 
 
-def _o_part(causal, kinds=("", LARGE)):
+def _o_part(causal, kinds=("", LARGE, NEGATIVE)):
     def judge(part, raw):
         v = harness.verdict_of(TASK, raw)
         trials = _of(v, causal, kinds)

@@ -93,6 +93,7 @@ class GroupedMatmul(harness.KernelTask):
              "tiles"),
             ("one expert", (2 * bm + 5,), 20, 24, FP16, "tiles"),
             ("a long K, a ragged N", (bm + 1, bm - 1), 100, 70, FP32, "tiles"),
+            ("a K shorter than any tile", (bm + 2, 3), 5, 24, FP32, "tiles"),
             ("empty experts first, between and last", (0, bm + 1, 0, 0, 3, 0), 24, 16, FP32,
              "empty"),
             ("every row to one expert of 4", (0, 0, 2 * bm + 1, 0), 16, 24, FP16, "empty"),
@@ -105,7 +106,8 @@ class GroupedMatmul(harness.KernelTask):
         return [self.case(*c, compiled=True) for c in (
             ("8 experts", (300, 0, 128, 77, 1, 0, 513, 64), 256, 192, FP16, "tiles"),
             ("64 experts, some empty", many, 128, 96, BF16, "tiles"),
-            ("4 experts", (100, 37, 0, 250), 100, 70, FP32, "tiles"))]
+            ("4 experts", (100, 37, 0, 250), 100, 70, FP32, "tiles"),
+            ("a K shorter than tl.dot's 16", (100, 0, 37), 8, 64, FP16, "tiles"))]
 
     def inputs(self, case, device):
         p, g = case.params, harness.generator(case.seed)
