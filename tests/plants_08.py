@@ -1,7 +1,8 @@
 """Lesson 08's planted mistakes: the Mixture-of-Experts solution with one slip each.
 
 Weights not renormalised, offsets off by one expert, trailing empty experts lost by
-bincount, copies dropped past the capacity without a -1, an empty expert that takes a
+bincount, a capacity that keeps the earliest tokens rather than the first choices, copies
+dropped past the capacity without a -1, an empty expert that takes a
 tile, tiles that straddle experts, padding rows stored, a launcher that computes with
 torch, padding counted in tiles or as a fraction of the real rows. Each plant is made from
 solutions/08_moe.ipynb (a replacement that no longer applies fails loudly) and graded by
@@ -47,6 +48,12 @@ PLANTS = {
     "bincount_without_minlength": (
         edit([("torch.bincount(flat, minlength=experts)", "torch.bincount(flat)")]),
         {"1c": "minlength"}),
+    # Right without a capacity (the rows of an expert may come in any order); with one, the
+    # earliest tokens are kept whatever their choice, not GShard's priority.
+    "capacity_by_token_order": (
+        edit([("order = by_priority[torch.argsort(flat[by_priority], stable=True)]",
+               "order = torch.argsort(flat, stable=True)")]),
+        {"1d": "earliest tokens whatever their choice"}),
     "copies_dropped_silently": (
         edit([("position = torch.full((T * top_k,), -1,",
                "position = torch.full((T * top_k,), 0,")]),
@@ -83,6 +90,7 @@ PLANTS = {
 # Slips in parts that do not read one another, graded in one notebook each group.
 PLANTS["slips_a"] = together(*(PLANTS.pop(name) for name in (
     "bincount_without_minlength",
+    "capacity_by_token_order",
     "empty_expert_owns_a_tile",
     "padding_in_tiles",
 )))

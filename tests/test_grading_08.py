@@ -45,11 +45,13 @@ def route(logits, top_k):
 
 
 def make_dispatch(minlength=True, offsets_end=False, clamp=True, drop=True, keep_last=False,
-                  rows_are_copies=False, tuple_out=False):
+                  rows_are_copies=False, tuple_out=False, by_token=False):
     def dispatch(ids, experts, capacity=None):
         T, top_k = ids.shape
         flat = ids.reshape(-1)
-        order = torch.argsort(flat, stable=True)
+        copy = torch.arange(T * top_k)
+        first = copy if by_token else torch.argsort((copy % top_k) * T + copy // top_k)
+        order = first[torch.argsort(flat[first], stable=True)]     # by expert, then priority
         counts = torch.bincount(flat, minlength=experts if minlength else 0)
         starts = torch.cumsum(counts, 0) - counts
         if capacity is not None:
@@ -90,7 +92,8 @@ SLIPS = [  # (answers, {part: words}); every other part of 1a-1d must pass
     ({"dispatch": make_dispatch(clamp=False)}, {"1d": "count the rows it keeps"}),
     ({"dispatch": make_dispatch(drop=False, clamp=False)}, {"1d": "still count the copies"}),
     ({"dispatch": make_dispatch(drop=False)}, {"1d": "keeps all"}),
-    ({"dispatch": make_dispatch(keep_last=True)}, {"1d": "its first `capacity` copies"}),
+    ({"dispatch": make_dispatch(keep_last=True)}, {"1d": "lower priority than one it drops"}),
+    ({"dispatch": make_dispatch(by_token=True)}, {"1d": "earliest tokens whatever their choice"}),
     ({"dispatch": make_dispatch(rows_are_copies=True)},
      {"1b": "order[r] // top_k", "1c": "order[r] // top_k", "1d": "order[r] // top_k"}),
     ({"dispatch": make_dispatch(tuple_out=True)},

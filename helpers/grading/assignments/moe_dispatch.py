@@ -7,7 +7,9 @@ the course's :func:`helpers.kernels.moe.route` and :func:`~helpers.kernels.moe.d
 on the same inputs, remade from the seed. A dispatch may order the rows of one expert as
 it likes: what is judged is what the grouped GEMM and the combine rely on (each expert's
 copies in its rows ``offsets[e]:offsets[e + 1]``, ``rows`` the token of each row,
-``position`` the way back). Messages name the rule that broke, never the expected values.
+``position`` the way back). With a capacity, what each expert keeps is checked as a property
+(GShard's priority: every first choice before any second), which the course's dispatch does
+not follow. Messages name the rule that broke, never the expected values.
 """
 
 from __future__ import annotations
@@ -342,7 +344,7 @@ def dispatch_problem(spec, rec, seed) -> str | None:
     if order.numel() != R:
         if cap is not None and order.numel() == flat.numel():
             return (f"order keeps all {flat.numel()} copies: with a capacity each expert keeps "
-                    "its first `capacity` copies in token order, and the rest are dropped")
+                    "`capacity` of them, and the rest are dropped")
         return f"order has {order.numel()} rows: it must hold one per copy that counts count"
     if order.numel() and (order.min() < 0 or order.max() >= flat.numel()
                           or order.unique().numel() != R):
@@ -352,10 +354,10 @@ def dispatch_problem(spec, rec, seed) -> str | None:
     if not torch.equal(flat[order], expert_of_row):
         return ("the copies are not sorted by expert: sorted rows offsets[e]:offsets[e + 1] "
                 "must hold exactly the copies routed to expert e")
-    if cap is not None and not torch.equal(torch.sort(order).values,
-                                           torch.sort(want.order).values):
-        return ("an expert over capacity keeps the wrong copies: it keeps its first `capacity` "
-                "copies in token order (the earliest tokens; a stable sort keeps that order)")
+    if cap is not None:
+        problem = _priority_problem(order, flat, T, top_k, E, want)
+        if problem:
+            return problem
     if not torch.equal(got["rows"].long(), order // top_k):
         return "rows[r] must be the token that sorted row r reads: order[r] // top_k"
     position = got["position"].long().flatten()
@@ -369,6 +371,30 @@ def dispatch_problem(spec, rec, seed) -> str | None:
                 "sorted row) but their position is not -1: the combine would add another "
                 "copy's row in their place, so tokens lose an expert silently. Mark each "
                 "dropped copy -1: then the combine adds nothing for it, and it can be counted")
+    return None
+
+
+def _priority_problem(order, flat, T: int, top_k: int, E: int, by_token) -> str | None:
+    """With a capacity, GShard's order: each expert keeps the copies of highest priority,
+    every first choice (slot 0) before any second choice, and so on, the earlier token
+    first among copies of one slot. Checked as a property, never by a list of the copies
+    to keep: no kept copy of an expert may rank below one it dropped. ``by_token`` is the
+    dispatch that keeps the earliest tokens whatever their slot (a plausible other rule)."""
+    copy = torch.arange(flat.numel())
+    priority = (copy % top_k) * T + copy // top_k
+    kept = torch.zeros(flat.numel(), dtype=torch.bool)
+    kept[order] = True
+    for e in range(E):
+        mine = flat == e
+        if (mine & kept).any() and (mine & ~kept).any() and \
+                priority[mine & kept].max() > priority[mine & ~kept].min():
+            if torch.equal(torch.sort(order).values, torch.sort(by_token.order).values):
+                return (f"expert {e} is over capacity and keeps its earliest tokens whatever "
+                        "their choice: the rule ranks every first choice before any second "
+                        "choice, and token order decides only among copies of one choice")
+            return (f"expert {e} is over capacity and keeps a copy of lower priority than one "
+                    "it drops: it keeps the copies of highest priority, every first choice "
+                    "before any second choice, the earlier token first within one choice")
     return None
 
 

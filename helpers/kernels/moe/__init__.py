@@ -159,7 +159,8 @@ def dispatch(ids: torch.Tensor, experts: int, capacity: int | None = None, *,
     """Sort the copies of ``ids`` (``(T, top_k)`` expert numbers) by expert, stably.
 
     Stable: within an expert, copies keep token order, so with a ``capacity`` the
-    earliest tokens are kept and the latest dropped (as GShard and Switch do).
+    earliest tokens are kept and the latest dropped, whatever their choice (Switch's
+    rule for top-1; GShard's top-2 ranks every first choice before any second).
     Everything stays on the device: no step waits for the GPU, except the range check
     of the ids, which ``check=False`` skips (for ids that come from :func:`route`).
     """
