@@ -1,7 +1,8 @@
 """Lesson 06's planted mistakes: the FlashAttention forward solution with one slip each.
 
 No rescaling, the max not subtracted, the causal mask off by the diagonal, the lse not
-stored or in base 2, an fp16 accumulator, tiles above the diagonal visited, ... Each plant
+stored or in base 2, an fp16 accumulator, tiles above the diagonal visited, the scores not
+soft-capped, the window one key too wide, tiles left of the window visited, ... Each plant
 is made from solutions/06_flash_attention.ipynb (a replacement that no longer applies fails
 loudly) and graded by tests/test_grading_lessons.py.
 """
@@ -23,13 +24,14 @@ PLANTS = {
         edit([(RESCALED_L, "l_i = l_i + tl.sum(p, 1)"),
               (RESCALED_ACC, "acc = tl.dot(p.to(v.dtype), v, acc)")]),
         {"2a": "rescale l and acc", "2b": "rescale l and acc"}, ("2c",)),
-    # The textbook softmax sum: right on ordinary scores, inf/NaN on scores in the hundreds.
+    # The textbook softmax sum: right on ordinary scores; NaN where every score sits far
+    # below zero (exp underflows: l = 0), inf/NaN on scores in the hundreds.
     "max_not_subtracted": (
         edit([(RESCALED_L, "l_i = l_i + tl.sum(p, 1)"),
               (RESCALED_ACC, "acc = tl.dot(p.to(v.dtype), v, acc)"),
-              ("p = tl.math.exp2(s - m_new[:, None])", "p = tl.math.exp2(s)"),
+              ("p = tl.math.exp2(s - shift[:, None])", "p = tl.math.exp2(s)"),
               (LSE, "lse = tl.math.log2(l_i) * 0.6931471805599453")]),
-        {"2a": "exp overflows", "2b": "exp overflows"}),
+        {"2a": "subtract the running maximum", "2b": "subtract the running maximum"}),
     "causal_mask_j_less_than_i": (
         edit([("cols[None, :] <= rows[:, None]", "cols[None, :] < rows[:, None]")]),
         {"2b": "j <= i"}),
@@ -38,12 +40,28 @@ PLANTS = {
         edit([("unmasked_end = tl.minimum(start_m, full_end)",
                "unmasked_end = tl.minimum(start_m + BLOCK_N, full_end)")]),
         {"2b": "tile where the diagonal starts"}),
-    "lse_not_stored": (
-        edit([("    tl.store(lse_ptr + head + rows, lse, mask=rows < seq_len)\n", "")]),
-        {"2c": "never stored by your kernel"}),
-    "lse_in_base_2": (
-        edit([(LSE, "lse = m_i + tl.math.log2(l_i)")]),
-        {"2c": "base 2"}),
+    # A row the first tiles of its window hide every key from: exp(-inf - (-inf)) is NaN
+    # (right without a window, where key 0 is in every row's first tile); and the lse never
+    # stored.
+    "window_rows_nan_and_lse_not_stored": together(
+        (edit([('shift = tl.where(m_new == float("-inf"), 0.0, m_new)', "shift = m_new")]),
+         {"2b": "as part 1's empty state does"}),
+        (edit([("    tl.store(lse_ptr + head + rows, lse, mask=rows < seq_len)\n", "")]),
+         {"2c": "never stored by your kernel"})),
+    # The window holds i - W too: right without a window, wrong on every windowed row; and
+    # the lse in base 2 (judged where O is right: the calls without a window).
+    "window_one_key_wide_and_lse_in_base_2": together(
+        (edit([("visible = visible & (cols[None, :] > rows[:, None] - window)",
+                "visible = visible & (cols[None, :] >= rows[:, None] - window)")]),
+         {"2b": "one key too many"}),
+        (edit([(LSE, "lse = m_i + tl.math.log2(l_i)")]), {"2c": "base 2"})),
+    # The scores never capped (2a's and 2b's soft-capped calls), and every windowed program
+    # starting at key 0: right, but it loads tiles no query of it sees (2d).
+    "no_softcap_and_window_from_key_0": together(
+        (edit([("s = softcap * (2 * tl.sigmoid(2 * s / softcap) - 1)", "s = s")]),
+         {"2a": "not soft-capped", "2b": "not soft-capped"}),
+        (edit([("lo = tl.maximum(start_m - window + 1, 0) // BLOCK_N * BLOCK_N", "lo = 0")]),
+         {"2d": "left of the window"})),
     "fp16_accumulator": (
         edit([("acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)",
                "acc = tl.zeros((BLOCK_M, HEAD_DIM), q.dtype)"),

@@ -1,4 +1,5 @@
-"""Assignment 06 (a FlashAttention forward kernel): the grader's pieces.
+"""Assignment 06 (FlashAttention for sliding windows and soft-capped scores): the grader's
+pieces.
 
 The solution, the blank assignment and the planted mistakes (tests/plants_06.py) are
 graded end to end by tests/test_grading_lessons.py. Here: the merge check and the timed
@@ -55,30 +56,36 @@ def test_merge_check_names_the_slips_without_a_notebook():
     assert fb.status == "not implemented", fb
 
 
-def test_the_timed_parts_judge_both_masks_against_their_goals():
+def test_the_timed_parts_judge_the_window_and_both_masks_against_their_goals():
     # Judged as on a GPU, from raw timings (no GPU is touched).
-    def raw(yours_causal):
-        modes = {"no mask": dict(error=1e-3, yours=1.0, naive=4.0, course=0.9),
-                 "causal": dict(error=1e-3, yours=yours_causal, naive=4.0, course=0.5)}
-        return {"gpu": "a GPU", **modes}
+    from helpers.grading.assignments import attention_speed as speed
 
-    fast, skips_nothing = raw(0.55), raw(1.0)
+    def raw(yours_causal, yours_window):
+        return {"gpu": "a GPU", "no mask": dict(error=1e-3, yours=1.0, course=0.9),
+                "causal": dict(error=1e-3, yours=yours_causal, course=0.5),
+                "window": dict(error=1e-3, yours=yours_window, course=0.5)}
+
+    fast = raw(0.55, 0.5 / (1.05 * speed.WINDOW_GOAL))
     assert SPEC.part("3a").judge(fast).passed and SPEC.part("3b").judge(fast).passed
-    assert SPEC.part("3a").judge(skips_nothing).passed
+    skips_nothing = raw(1.0, 0.5 / (0.95 * speed.WINDOW_GOAL))
     fb = SPEC.part("3b").judge(skips_nothing)
     assert not fb.passed and "stop at the diagonal" in fb.message, fb
+    fb = SPEC.part("3a").judge(skips_nothing)
+    assert not fb.passed and "the tile its first query's window reaches" in fb.message, fb
+    wrong = {**fast, "window": {**fast["window"], "error": 1.0}}
+    assert "SDPA's with the window as a mask" in SPEC.part("3a").judge(wrong).message
     wrong = {**fast, "causal": {**fast["causal"], "error": 1.0}}
-    assert "differs from the course's kernel" in SPEC.part("3a").judge(wrong).message
+    assert "differs from the course's kernel" in SPEC.part("3b").judge(wrong).message
 
 
 def test_the_timed_parts_need_a_correct_kernel_first(monkeypatch):
     # A torch-only launcher fails the kernel parts, so the timed parts are refused before
     # anything is timed (judged as in GPU mode; no GPU is touched).
     from helpers import runtime
-    from helpers.kernels import attention
 
-    torch_only = {"attention_forward": lambda q, k, v, causal=False: tuple(
-        t.float() for t in attention.attention_reference(q, k, v, causal))}
+    torch_only = {"attention_forward": lambda q, k, v, causal=False, window=None, softcap=None:
+                  tuple(t.float() for t in graded.variant_reference(q, k, v, causal, window,
+                                                                     softcap))}
     raw = registry.collect(SPEC, "kernel", torch_only, 0)
     kernel = {p.key: registry.judge(p, raw)[0] for p in SPEC.unit("kernel")}
     assert kernel and not any(fb.passed for fb in kernel.values()), kernel
@@ -87,6 +94,33 @@ def test_the_timed_parts_need_a_correct_kernel_first(monkeypatch):
         fb = registry._blocked(SPEC, SPEC.part(key), lambda p: kernel[p.key])
         assert fb is not None and not fb.passed, fb
         assert "needs a correct, in-bounds kernel first" in fb.message, fb
+
+
+def test_the_variant_reference_is_the_courses_without_a_window_or_a_cap():
+    from helpers.kernels import attention
+
+    q, k, v = (torch.randn(2, 9, 16, dtype=torch.float64) for _ in range(3))
+    for causal in (False, True):
+        want = attention.attention_reference(q, k, v, causal)
+        got = graded.variant_reference(q, k, v, causal)
+        assert all(torch.allclose(a, b) for a, b in zip(got, want))
+    o, _ = graded.variant_reference(q, k, v, True, window=1)
+    assert torch.allclose(o, v)                          # a window of one: each row its own v
+
+
+@pytest.mark.parametrize("how, words", [
+    (dict(window=None), "sliding window is missing"),
+    (dict(window=38), "one key too many"),
+    (dict(window=36), "one key too few"),
+    (dict(window=37, softcap=None, cap_case=5.0), "not soft-capped"),
+])
+def test_each_mask_and_cap_slip_is_named(how, words):
+    cap_case = how.pop("cap_case", None)
+    case = graded.TASK.case(67, 16, torch.float32, True, window=37, softcap=cap_case).seeded(3)
+    inputs = graded.TASK.inputs(case, "cpu")
+    got = graded.variant_reference(*inputs, causal=True, **{"softcap": None, **how})[0].float()
+    problem = graded.TASK.compare(case, (got,), None, inputs, {"BLOCK_M": 32, "BLOCK_N": 32})
+    assert problem and words in problem, problem
 
 
 def test_gpu_mode_watches_a_kernel_that_calls_its_own_helper(tmp_path):
@@ -110,4 +144,4 @@ def test_the_solution_scores_full_marks_on_a_gpu():
     parts = parts_of(report.to_dict())
     assert report.score == report.max_score, report.to_text()
     assert report.max_score >= SPEC.max_points - 4, report.to_text()   # 2d, 2e may be unwatched
-    assert "naive" in parts["3a"]["message"] and "course" in parts["3b"]["message"]
+    assert "window of 512" in parts["3a"]["message"] and "course" in parts["3b"]["message"]
