@@ -2,10 +2,12 @@
 
 * 3a: causal attention with a window of :data:`WINDOW_SPEED` keys at 4096 tokens, against the
   course's causal kernel without one (every key left of the diagonal), on the same inputs. A
-  window that size leaves about a quarter of the causal tiles (10 of 33 a block, with
-  128 x 64 tiles), so a kernel that skips the rest is several times faster; the goal,
-  :data:`WINDOW_GOAL`, sits below what the solution's kernel measured on an H100
-  (tests/test_grading_06.py, GPU mode).
+  window that size leaves a third of the causal tiles (about 11 of 33 a block, with
+  128 x 64 tiles), but half of those 11 carry a mask (the window's edge, the diagonal) and a
+  program's fixed work (its Q tile, its output) is shared by fewer tiles: the solution's
+  kernel measured 1.71x on an H100 (0.219 ms against 0.375 ms; bash tests/gpu/device.sh
+  pytest tests/test_grading_06.py). The goal, :data:`WINDOW_GOAL`, sits below that; a
+  kernel that visits the tiles left of the window as well is no faster than the course's.
 * 3b: no mask and causal, without a window, within :data:`COURSE_SLACK` of the course's time.
 
 Outputs are checked first: against the course's kernel without a window, against
@@ -25,7 +27,7 @@ from ..registry import answer
 BF16 = torch.bfloat16
 SPEED_SHAPE, SPEED_DTYPE = (64, 4096, 64), BF16      # 4 x 16 heads, 4096 tokens, d = 64
 COURSE_SLACK = 1.2
-WINDOW_SPEED, WINDOW_GOAL = 512, 2.5
+WINDOW_SPEED, WINDOW_GOAL = 512, 1.5
 ERROR = 2 * ak.TOLERANCES[BF16][0]     # the graded bf16 tolerance, as in part 2
 
 
