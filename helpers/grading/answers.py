@@ -336,3 +336,18 @@ def load_key(assignment: str, formulas: str, keys_dir: Path = KEYS_DIR) -> Key:
                 f"instructor's course) nor {path} (a student release) exists") from None
         return load_sealed(json.loads(path.read_text()))
     return exact_key(module.answer_key(), assignment)
+
+
+class LazyKey:
+    """:func:`load_key` on first use, then kept: for a key whose formulas are costly to
+    evaluate (05's traces its eager version, which imports torch's compiler), so that a
+    process that never judges those parts (the clean collection process) never pays."""
+
+    def __init__(self, assignment: str, formulas: str):
+        self.assignment, self.formulas, self._key = assignment, formulas, None
+
+    def __getitem__(self, part: str):
+        if self._key is None:
+            self._key = load_key(self.assignment, self.formulas)
+        return self._key[part]
+

@@ -96,7 +96,7 @@ FAR_TOLERANCE = 1e-3             # rows far from zero (see ResidualLayerNorm.com
 # ------------------------------------------------------------------------------------
 
 # The answers: formulas in keys_fusion (instructor), sealed in a student release.
-KEY = answers.load_key("05_fusion", "helpers.grading.assignments.keys_fusion")
+KEY = answers.LazyKey("05_fusion", "helpers.grading.assignments.keys_fusion")
 # A graded number: (part, title, points, the notebook's name, unit, hint) -> Part.
 _number = partial(harness.number_part, KEY)
 
