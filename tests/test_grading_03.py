@@ -27,7 +27,7 @@ import helpers
 from helpers.grading import answers, grader, registry
 from helpers.grading.assignments import keys_vector_add
 
-from planting import assert_loses_exactly, edit, write_plants  # tests/planting.py
+from planting import assert_loses_exactly, edit, together, write_plants  # tests/planting.py
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "03_vector_add_intensity.ipynb"
@@ -164,6 +164,13 @@ LOOPERS = {
                 "    c = torch.empty_like(a)\n")]),
         {"3a": "time limit", "3b": "timed out"}),
 }
+
+# Slips in parts that do not read one another, graded in one notebook each pair (a plant's
+# cost is a run of the grader): a launcher slip (3a, 3b) beside a fused-update slip (5c, 5d).
+PLANTS["syntax_error_and_fused_update_by_torch"] = together(
+    PLANTS.pop("syntax_error"), PLANTS.pop("fused_update_by_torch"))
+PLANTS["wrong_dtype_and_fused_no_mask"] = together(
+    PLANTS.pop("wrong_dtype"), PLANTS.pop("fused_no_mask"))
 
 # The expected scores are CPU mode's (part 4 "needs a GPU"); on a GPU machine the
 # solution is graded in GPU mode by test_the_solution_scores_full_marks_on_a_gpu.

@@ -345,9 +345,26 @@ class LazyKey:
 
     def __init__(self, assignment: str, formulas: str):
         self.assignment, self.formulas, self._key = assignment, formulas, None
+        LAZY_KEYS.append(self)
 
-    def __getitem__(self, part: str):
+    def load(self) -> Key:
         if self._key is None:
             self._key = load_key(self.assignment, self.formulas)
-        return self._key[part]
+        return self._key
+
+    def __getitem__(self, part: str):
+        return self.load()[part]
+
+
+LAZY_KEYS: list[LazyKey] = []     # every one made: the judge's fork server loads them once
+
+
+def load_lazy_keys(assignment: str) -> None:
+    """Load the :class:`LazyKey` of ``assignment`` now (in a process that forks judges, each
+    child inherits it loaded); one that cannot load says so when it is judged."""
+    for key in (k for k in LAZY_KEYS if k.assignment == assignment):
+        try:
+            key.load()
+        except Exception:  # noqa: BLE001 - said by the part that reads it
+            pass
 
