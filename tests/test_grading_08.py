@@ -206,16 +206,16 @@ def test_unanswered_parts_say_not_implemented():
     assert [fb.status for fb in results] == ["not implemented"] * 5, results
 
 
-def speed_raw(yours, loop=10.0, **extra):
-    return {"gpu": "a GPU", "error": 5e-3, "yours": yours, "loop": loop, "own": 3,
-            "others": ["helpers.kernels.moe.grouped.combine_kernel"], **extra}
+def speed_raw(yours, course=1.0, loop=30.0, **extra):
+    return {"gpu": "a GPU", "error": 5e-3, "yours": yours, "course": course, "loop": loop,
+            "own": 3, "others": ["helpers.kernels.moe.grouped.combine_kernel"], **extra}
 
 
-def test_the_speed_judge_wants_2x_on_the_learners_own_kernel():
+def test_the_speed_judge_wants_the_courses_speed_on_the_learners_own_kernel():
     judge = SPEC.part("4b").judge          # called directly: registry.judge waits for a GPU
-    assert judge(speed_raw(4.0)).passed
-    fb = judge(speed_raw(6.0))
-    assert not fb.passed and "1.67x" in fb.message and "No host sync" in fb.message
+    assert judge(speed_raw(1.35)).passed                     # 0.74x the course's speed
+    fb = judge(speed_raw(1.6))
+    assert not fb.passed and "0.62x its speed" in fb.message and "No host sync" in fb.message
     assert "differs from moe.moe_loop" in judge(speed_raw(1.0, error=0.5)).message
     borrowed = speed_raw(1.0, others=["helpers.kernels.moe.grouped.grouped_gemm_kernel"])
     assert "your own kernel" in judge(borrowed).message
@@ -270,13 +270,13 @@ def test_the_timed_part_collects_and_judges_the_solution_off_a_gpu(tmp_path, mon
         moe.make_weights(8, 32, 32, seed=seed)))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a stand-in")
-    times = iter([1.0, 3.0])                 # yours first, then the loop
+    times = iter([1.0, 0.9, 3.0])            # yours, the course's layer, the loop
     monkeypatch.setattr(bench, "time_ms", lambda f: next(times))
     raw = graded._collect_speed(vars(learner), 5)
     assert raw["own"] == 3 and raw["error"] < 1e-5, raw     # gate, up and down
     assert raw["others"] == ["helpers.kernels.moe.grouped.combine_kernel"], raw
     fb = SPEC.part("4b").judge(raw)
-    assert fb.passed and "3.00x" in fb.message, fb
+    assert fb.passed and "0.90x its speed" in fb.message, fb
 
 
 # ------------------------------------------------------------------------------------
@@ -292,4 +292,4 @@ def test_the_solution_scores_full_marks_on_a_gpu():
     parts = parts_of(report.to_dict())
     assert report.score == report.max_score, report.to_text()
     assert report.max_score >= SPEC.max_points - 2, report.to_text()   # 2c may be unwatched
-    assert "per-expert loop" in parts["4b"]["message"], parts["4b"]
+    assert "course's layer" in parts["4b"]["message"], parts["4b"]

@@ -18,7 +18,7 @@ mode, 3 on a GPU):
 3a     rows of padding for the routing the notebook shows              2
 3b     the fraction of the computed rows that is padding                1
 4a     ``moe_layer`` (route, dispatch, grouped GEMMs, combine) right    2
-4b     >= 2x faster than the per-expert loop, 128 experts (GPU)        3
+4b     >= 0.7x the speed of the course's layer, 128 experts (GPU)      3
 =====  ==========================================================  ======
 """
 
@@ -53,8 +53,13 @@ def key() -> answers.Key:
     return answers.load_key("08_moe", "helpers.grading.assignments.keys_moe")
 
 
-# Part 4b: lesson 08's many-small-experts layer, timed beside the per-expert loop.
-SPEED_SHAPE, SPEED_TOKENS, SPEED_DTYPE, SPEED_GOAL = moe.MANY_SMALL, 1024, BF16, 2.0
+# Part 4b: lesson 08's many-small-experts layer, timed beside the course's own layer
+# (moe.moe_forward: one grouped launch per projection, its tiles measured in lesson 08) and
+# the per-expert loop model code often starts from. The course's layer is 26-36x faster
+# than the loop, so the bar is set against it: on an H100 the solution's layer (its own
+# tiles, not the course's measured ones) took 1.171 ms against the course's 0.946 ms, 0.81x
+# (bash tests/gpu/device.sh pytest tests/test_grading_08.py); the goal sits below that.
+SPEED_SHAPE, SPEED_TOKENS, SPEED_DTYPE, SPEED_GOAL = moe.MANY_SMALL, 1024, BF16, 0.7
 SPEED_ERROR = 2e-2          # |yours - loop| / |loop| over the whole output (bf16 roundings)
 
 
@@ -339,7 +344,8 @@ def speed_inputs(seed: int = 0):
 
 
 def _collect_speed(ns, seed) -> dict:
-    """In the learner's process: ``moe_layer`` and ``moe.moe_loop`` timed side by side."""
+    """In the collection process: ``moe_layer``, the course's layer and ``moe.moe_loop``
+    timed side by side."""
     from ... import bench
 
     fn, s = answer(ns, "moe_layer"), SPEED_SHAPE
@@ -352,9 +358,10 @@ def _collect_speed(ns, seed) -> dict:
         error = ((y.float() - loop).norm() / loop.norm()).item() if isinstance(
             y, torch.Tensor) and y.shape == loop.shape else float("inf")
         yours = bench.time_ms(lambda: fn(x, w, s.top_k))
+        course = bench.time_ms(lambda: moe.moe_forward(x, w, s.top_k))
         looped = bench.time_ms(lambda: moe.moe_loop(x, w, s.top_k))
     return {"gpu": torch.cuda.get_device_name(), "error": error, "yours": yours,
-            "loop": looped, **_launched(log, ns)}
+            "course": course, "loop": looped, **_launched(log, ns)}
 
 
 def _speed(part, raw) -> Feedback:
@@ -367,12 +374,13 @@ def _speed(part, raw) -> Feedback:
     if not raw["error"] <= SPEED_ERROR:
         return Feedback(part, False, f"{where}: the output differs from moe.moe_loop's by "
                         f"{raw['error']:.3g} of its norm (at most {SPEED_ERROR:g})")
-    ratio = raw["loop"] / raw["yours"]
+    ratio = raw["course"] / raw["yours"]
     return target(part, ratio >= SPEED_GOAL, f"{where}: yours {raw['yours']:.3f} ms, the "
-                  f"per-expert loop {raw['loop']:.3f} ms: {ratio:.2f}x (the goal is "
-                  f"{SPEED_GOAL:g}x)", "No host sync inside the layer (no .item(), .tolist() "
-                  "or nonzero), GPU-sized tiles (BLOCK_M 64, BLOCK_N 128), and three grouped "
-                  "launches for all 128 experts")
+                  f"course's layer {raw['course']:.3f} ms: {ratio:.2f}x its speed (the goal is "
+                  f"{SPEED_GOAL:g}x; the per-expert loop took {raw['loop']:.3f} ms)",
+                  "No host sync inside the layer (no .item(), .tolist() or nonzero), "
+                  "GPU-sized tiles (compare yours with lesson 08's measured ones), and one "
+                  "grouped launch per projection for all 128 experts")
 
 
 # --- The assignment, and the calls the notebook makes. ------------------------------------
@@ -405,7 +413,7 @@ ASSIGNMENT = Assignment(
              ("wasted_fraction",)),
         _labelled("4a", "the layer", 2, _layer, ("moe_layer",), group="layer",
                   collect=_collect_layer),
-        _labelled("4b", "2x faster than the per-expert loop", 3, _speed, ("moe_layer",),
+        _labelled("4b", "within reach of the course's layer", 3, _speed, ("moe_layer",),
                   gpu=True, group="speed", collect=_collect_speed, after="layer"),
     ),
 )
