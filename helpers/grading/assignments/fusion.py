@@ -26,6 +26,7 @@ Parts (20 points; 15 graded in CPU mode, the last 5 on a GPU):
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import torch
@@ -125,7 +126,11 @@ def _predicted(ns):
 def trace_after_1a(eager_bytes) -> str:
     """Every kernel the eager version launches at M x N bf16, with the bytes each reads and
     writes (``helpers.launches.trace`` on meta tensors), beside ``eager_bytes``; only once
-    that answer is right (part 1a), since the trace's total is the answer."""
+    that answer is right (part 1a), since the trace's total is the answer. Skipped while
+    grading, as the checks are: it shows, it judges nothing (and loading the key costs a
+    trace, in every notebook graded)."""
+    if os.environ.get("COURSE_GRADING") == "1":
+        return "trace skipped: the grader runs this notebook and checks part 1a itself"
     try:
         right = KEY["1a"].matches(float(eager_bytes))
     except (TypeError, ValueError):
