@@ -104,7 +104,8 @@ class GroupedMatmul(harness.KernelTask):
             ("every row to one expert of 4", (0, 0, 2 * bm + 1, 0), 16, 24, FP16, "empty"),
             ("more experts than rows", (0, 1, 0, 0, 2, 0, 0, 1, 0, 0, 1, 0), 16, 16, FP32,
              "empty"),
-            ("one row", (0, 1, 0), 16, 8, FP32, "empty"))]
+            ("one row", (0, 1, 0), 16, 8, FP32, "empty"),
+            ("no rows at all", (0, 0, 0), 16, 8, FP32, "empty"))]
 
     def compiled_cases(self, blocks):
         many = tuple((37 * e) % 150 if e % 5 else 0 for e in range(64))

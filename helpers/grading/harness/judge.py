@@ -144,7 +144,12 @@ class Verdict:
         task, rec = self.task, trial.rec
         if rec.get("error"):
             return f"{task.call} raised {rec['error']}"
-        if not trial.own_launches:
+        inputs = task.inputs(trial.case, "cpu")
+        want = task.reference(trial.case, inputs)
+        # A case whose outputs hold no element (no rows at all) needs no launch, and no input
+        # is read: it is judged on the outputs' form alone.
+        empty = all(w.numel() == 0 for w in want)
+        if not trial.own_launches and not empty:
             others = rec.get("other_kernels") or []
             if others:
                 return (f"{task.function} launched {', '.join(others)}, not a kernel defined "
@@ -157,8 +162,6 @@ class Verdict:
         if not isinstance(got, list) or len(got) != len(task.outputs) \
                 or not all(isinstance(t, torch.Tensor) for t in got):
             return "the raw results hold no outputs (was the grader tampered with?)"
-        inputs = task.inputs(trial.case, "cpu")
-        want = task.reference(trial.case, inputs)
         for name, g, w in zip(task.outputs, got, want):
             if tuple(g.shape) != tuple(w.shape):
                 return f"{name} has shape {tuple(g.shape)}, expected {tuple(w.shape)}"
@@ -176,7 +179,7 @@ class Verdict:
         if wrong:
             return wrong
         read = rec.get("inputs_read")
-        if isinstance(read, list) and not all(read):
+        if not empty and isinstance(read, list) and not all(read):
             trial.extra["not_its_work"] = True
             unread = [n for n, r in zip(task.inputs_named, read) if not r]
             return (f"your kernel never read {', '.join(unread)}: it must compute the output "
