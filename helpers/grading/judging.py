@@ -25,6 +25,7 @@ import atexit
 import io
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,7 +71,9 @@ def _fork_server() -> tuple:
         reader.join(START_S)
         if not ready or ready[0].strip() != b"ready":
             proc.kill()
+            shutil.rmtree(folder, True)
             raise RuntimeError("the judge's fork server did not start")
+        atexit.register(shutil.rmtree, folder, True)     # runs after the kill below
         atexit.register(proc.kill)
         _server = (proc, address, key)
         return _server
