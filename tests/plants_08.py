@@ -2,34 +2,58 @@
 
 Weights not renormalised, offsets off by one expert, trailing empty experts lost by
 bincount, a capacity that keeps the earliest tokens rather than the first choices, copies
-dropped past the capacity without a -1, an empty expert that takes a
-tile, tiles that straddle experts, padding rows stored, a launcher that computes with
-torch, padding counted in tiles or as a fraction of the real rows. Each plant is made from
-solutions/08_moe.ipynb (a replacement that no longer applies fails loudly) and graded by
+dropped past the capacity without a -1, the course's grid bound as the layout's length,
+slots holding sorted rows instead of copies, a kernel that reads row `copy` of a, empty
+slots stored, the course's grouped GEMM behind the launcher, and expected paddings from a
+simulation or from the average count. Each plant is made from solutions/08_moe.ipynb (a
+replacement that no longer applies fails loudly) and graded by
 tests/test_grading_lessons.py.
 """
 
 from planting import edit, together  # tests/planting.py
 
-TILES = """\
-    tiles = (counts + BLOCK_M - 1) // BLOCK_M               # an empty expert owns no tile
-    first_tile = tl.cumsum(tiles, axis=0) - tiles           # of each expert
-    first_row = tl.cumsum(counts, axis=0) - counts          # = offsets[e]
-    mine = (first_tile <= tile) & (tile < first_tile + tiles)   # one expert, or none
-    expert = tl.sum(tl.where(mine, e, 0), axis=0)
-    start = tl.sum(tl.where(mine, first_row + (tile - first_tile) * BLOCK_M, 0), axis=0)
-    end = tl.sum(tl.where(mine, first_row + counts, 0), axis=0)   # none: start = end = 0
+# The course's grouped GEMM behind the learner's launcher, its own kernel launched idle
+# beside it: sort the copies, run the course's, put each row back at its copy.
+COURSE_KERNEL = """\
+    E, K, N = w.shape
+    copies = a.shape[0] * top_k
+    scratch = torch.empty((copies, N), device=a.device, dtype=a.dtype)
+    grid = (block_expert.numel(), triton.cdiv(N, BLOCKS["BLOCK_N"]))
+    if block_expert.numel():
+        expert_matmul_kernel[grid](a, w, scratch, slots, block_expert, N, K, copies, top_k,
+                                   *a.stride(), *w.stride(), *scratch.stride(), **BLOCKS)
+    real = slots < copies
+    order = slots[real]
+    experts = block_expert.repeat_interleave(BLOCKS["BLOCK_M"])[real]
+    order = order[torch.argsort(experts, stable=True)]
+    counts = torch.bincount(experts, minlength=E).to(torch.int32)
+    c = torch.empty((copies, N), device=a.device, dtype=a.dtype)
+    c[order] = moe.grouped_matmul(a[order // top_k], counts, w)
+    return c
 """
-# Tiles laid over the sorted rows as one matrix, each with the expert of its first row.
-STRADDLING = """\
-    first_row = tl.cumsum(counts, axis=0) - counts
-    start = tile * BLOCK_M
-    mine = (first_row <= start) & (start < first_row + counts)
-    expert = tl.sum(tl.where(mine, e, 0), axis=0)
-    end = tl.minimum(tl.sum(counts, axis=0), start + BLOCK_M)
+# A simulation of the random router, through the course's padding_rows.
+SIMULATED = """    drawn = [moe.padding_rows(torch.bincount(torch.rand(tokens, experts).argsort(-1)[:, :top_k]
+                                             .flatten(), minlength=experts), block_m)
+             for _ in range(200)]
+    return sum(drawn) / len(drawn)
 """
-TORCH = ("    return torch.cat([a[s:s + n] @ w[e] for e, (s, n) in enumerate(zip(\n"
-         "        (torch.cumsum(counts, 0) - counts).tolist(), counts.tolist()))])\n")
+
+
+def _body(function: str, new: str):
+    """Replace the solution region of ``function`` with ``new``."""
+    def apply(nb):
+        import copy
+        nb = copy.deepcopy(nb)
+        for cell in nb.cells:
+            if cell.cell_type == "code" and f"def {function}(" in cell.source:
+                head, rest = cell.source.split(f"def {function}(", 1)
+                start = rest.index("### BEGIN SOLUTION\n") + len("### BEGIN SOLUTION\n")
+                end = rest.index("    ### END SOLUTION", start)
+                cell.source = head + f"def {function}(" + rest[:start] + new + rest[end:]
+                return nb
+        raise AssertionError(f"no {function} in the solution")
+    return apply
+
 
 # name -> (how to plant it, {part: words its message must contain}); every other part
 # must keep its full points.
@@ -42,7 +66,7 @@ PLANTS = {
         edit([("offsets[1:] = torch.cumsum(counts, 0)",
                "offsets[1:] = torch.cumsum(counts, 0) - counts")]),
         {"1b": "shifted one expert late", "1c": "shifted one expert late",
-         "1d": "shifted one expert late"}),
+         "1d": "shifted one expert late", "4a": "outputs are off"}),
     # Right while the last expert gets a copy: the grader's ordinary, capacity and layer
     # routings use every expert.
     "bincount_without_minlength": (
@@ -58,44 +82,43 @@ PLANTS = {
         edit([("position = torch.full((T * top_k,), -1,",
                "position = torch.full((T * top_k,), 0,")]),
         {"1d": "silently"}),
-    # Harmless until empty experts push real tiles past a grid of min(R, ...) row tiles.
-    "empty_expert_owns_a_tile": (
-        edit([("tiles = (counts + BLOCK_M - 1) // BLOCK_M ",
-               "tiles = tl.maximum((counts + BLOCK_M - 1) // BLOCK_M, 1) ")]),
-        {"2b": "an expert with no rows must own no tile"}),
-    "tiles_straddle_experts": (
-        edit([(TILES, STRADDLING)]),
-        {"2a": "cut the sorted rows as one matrix", "2b": "cut the sorted rows as one matrix",
-         "4a": "outputs are off"}),
-    # The guard stops the stores past C; the rows stored into the next expert's are
-    # overwritten by its own tiles, which run later: only the bounds part sees it.
-    "padding_rows_stored": (
+    # The course's grid bound, min(R, R // BLOCK_M + E) blocks: more than some sizes need.
+    "course_grid_bound": (
+        edit([("    blocks = used + (R - used) // block_m ",
+               "    blocks = min(R, R // block_m + E) ")]),
+        {"2b": "more than any counts"}),
+    "slots_hold_sorted_rows": (
+        edit([("    slots[slot] = d.order\n", "    slots[slot] = torch.arange(R)\n")]),
+        {"2a": "", "2c": "", "4a": ""}),
+    "kernel_reads_row_copy": (
+        edit([("    rows = tl.where(real, copy, 0) // top_k ", "    rows = tl.where(real, copy, 0) ")]),
+        {"2c": "", "2d": "", "4a": ""}),
+    # The guard stops the stores past C: only the bounds part sees it.
+    "empty_slots_stored": (
         edit([("mask=real[:, None] & (cols[None, :] < N))", "mask=cols[None, :] < N)")]),
-        {"2c": "past the end of c_ptr"}),
-    "torch_instead_of_triton": (
-        edit([("    grouped_matmul_kernel[grid](", TORCH + "    grouped_matmul_kernel[grid](")]),
-        {"2a": "launched no Triton kernel", "2b": "launched no Triton kernel",
-         "2c": "no kernel of yours ran", "4a": "launched no kernel of your notebook"}),
-    # 3b is computed from 3a's count, so it is wrong too.
-    "padding_in_tiles": (
-        edit([("wasted_rows = sum(per_expert)",
-               "wasted_rows = sum(-(-n // PADDING_BLOCK_M) for n in PADDING_COUNTS)")]),
-        {"3a": "tiles, not rows", "3b": "not right"}),
-    "fraction_of_the_real_rows": (
-        edit([("wasted_fraction = wasted_rows / (sum(PADDING_COUNTS) + wasted_rows)",
-               "wasted_fraction = wasted_rows / sum(PADDING_COUNTS)")]),
-        {"3b": "divide by the real rows"}),
+        {"2d": "past the end of c_ptr"}),
+    "courses_grouped_gemm": (
+        (lambda nb: _body("expert_matmul", COURSE_KERNEL)(nb)),
+        {"2c": "a C your kernel was not given", "2d": "your kernel did not compute the output",
+         "4a": "launched the course's"}),
+    "simulated_padding": (
+        (lambda nb: _body("expected_padding", SIMULATED)(nb)),
+        {"3a": "", "3b": ""}),
+    "padding_of_the_mean": (
+        (lambda nb: _body("expected_padding",
+                          "    return experts * (-(tokens * top_k / experts) % block_m)\n")(nb)),
+        {"3a": "padding of the average count", "3b": ""}),
 }
 
 # Slips in parts that do not read one another, graded in one notebook each group.
 PLANTS["slips_a"] = together(*(PLANTS.pop(name) for name in (
     "bincount_without_minlength",
     "capacity_by_token_order",
-    "empty_expert_owns_a_tile",
-    "padding_in_tiles",
+    "course_grid_bound",
+    "padding_of_the_mean",
 )))
 PLANTS["slips_b"] = together(*(PLANTS.pop(name) for name in (
     "copies_dropped_silently",
-    "padding_rows_stored",
-    "fraction_of_the_real_rows",
+    "empty_slots_stored",
+    "simulated_padding",
 )))

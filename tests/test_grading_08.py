@@ -17,6 +17,7 @@ import helpers
 from helpers.grading import grader, registry
 from helpers.grading.assignments import keys_moe
 from helpers.grading.assignments import moe as graded
+from helpers.grading.assignments import moe_blocks as mb
 from helpers.grading.assignments import moe_dispatch as md
 from helpers.kernels import moe
 
@@ -29,9 +30,9 @@ GPU_LIMITS = grader.Limits(cell_timeout=540, part_timeout=540, total_timeout=120
                            memory_mb=16384)
 
 
-def test_the_assignment_is_registered_and_counts_24_points():
+def test_the_assignment_is_registered_and_counts_26_points():
     assert registry.MODULES["08_moe"] == "helpers.grading.assignments.moe"
-    assert SPEC.max_points == 24 and CPU_MAX == 21
+    assert SPEC.max_points == 26 and CPU_MAX == 23
 
 
 # ------------------------------------------------------------------------------------
@@ -140,48 +141,98 @@ def test_the_routings_come_from_the_seed_and_hold_the_edges():
             assert moe.dispatch(ids(spec, 3), spec[3], spec[6]).dropped > 0, spec[0]
 
 
+def make_align(empty_block=False, length="fewest", marker=None, rows_not_copies=False):
+    def align_blocks(d, block_m):
+        R, E, copies = d.order.numel(), d.counts.numel(), d.position.numel()
+        counts = d.counts.long()
+        per_expert = (counts + block_m - 1) // block_m
+        if empty_block:
+            per_expert = per_expert.clamp(min=1)
+        blocks = {"fewest": min(E, R) + (R - min(E, R)) // block_m,
+                  "course": min(R, R // block_m + E),
+                  "counts": int(per_expert.sum())}[length]
+        blocks += E if empty_block else 0        # room for a block per empty expert
+        first = torch.cumsum(per_expert, 0) - per_expert
+        expert_of_row = torch.repeat_interleave(torch.arange(E), counts, output_size=R)
+        slot = first[expert_of_row] * block_m + torch.arange(R) - d.offsets[:-1][expert_of_row]
+        slots = torch.full((blocks * block_m,), copies if marker is None else marker)
+        slots[slot] = torch.arange(R) if rows_not_copies else d.order
+        owner = torch.searchsorted(torch.cumsum(per_expert, 0), torch.arange(blocks), right=True)
+        return slots, torch.where(owner < E, owner, -1)
+    return align_blocks
+
+
+ALIGN_SLIPS = [  # (align, {part: words}); the other part of 2a-2b must pass
+    (make_align(), {}),
+    (make_align(empty_block=True), {"2a": "holds no copy but block_expert says expert",
+                                    "2b": "more than any counts"}),
+    (make_align(length="course"), {"2b": "more than any counts of R rows over E experts"}),
+    (make_align(length="counts"), {"2b": "the length depends on the routing"}),
+    (make_align(marker=-1), {"2a": "neither a copy number"}),
+    (make_align(rows_not_copies=True), {"2a": "copy"}),
+    (lambda d, block_m: [t.float() for t in make_align()(d, block_m)],
+     {"2a": "1-D tensor of integers", "2b": "1-D tensor of integers"}),
+]
+
+
+@pytest.mark.parametrize("align, expected", ALIGN_SLIPS, ids=range(len(ALIGN_SLIPS)))
+def test_each_layout_slip_loses_its_part_with_a_message_that_names_it(align, expected):
+    for fb in graded.check_align({"align_blocks": align}):
+        key = fb.part.split()[0]
+        if key in expected:
+            assert not fb.passed and expected[key] in fb.message, fb
+        else:
+            assert fb.passed, fb
+
+
+def test_the_grader_s_bound_is_the_costliest_counts():
+    # Checked against every way to put R rows on E experts, for small sizes.
+    import itertools
+
+    for R, E, bm in itertools.product(range(0, 9), range(1, 5), (1, 2, 3, 4)):
+        worst = max(sum(-(-c // bm) for c in counts)
+                    for counts in itertools.product(range(R + 1), repeat=E) if sum(counts) == R)
+        assert mb.fewest_blocks(R, E, bm) == worst, (R, E, bm)
+
+
 def test_the_kernel_hints_read_the_pattern_of_wrong_rows():
     # Judged on made-up outputs: no kernel runs.
-    def hint(counts, make):
-        case = graded.TASK.case("test", counts, 8, 8, torch.float32, "empty").seeded(1)
-        inputs = graded.TASK.inputs(case, "cpu")
-        a, c, w = inputs
-        starts, expert = graded._layout(c)
-        products = torch.stack([a @ w[e] for e in range(len(c))])
-        return graded._kernel_hint(case, make(products, expert), inputs, {"BLOCK_M": 16})
-
-    rows = torch.arange(40)
-    msg = hint((19, 5, 16), lambda p, ex: p[ex[rows // 16 * 16], rows])
-    assert "cut the sorted rows as one matrix" in msg
-    msg = hint((19, 5, 16), lambda p, ex: p[(ex + (rows == 20)) % 3, rows])
-    assert "row 20 (expert 1's row 1) was multiplied by expert 2's weights" in msg
-    msg = hint((0, 3, 0, 2), lambda p, ex: torch.where((rows[:5] >= 3)[:, None], 7.0,
-                                                       p[ex, rows[:5]]))
-    assert "experts with no rows (0, 2)" in msg and "must own no tile" in msg
-    msg = hint((3, 2), lambda p, ex: torch.where((rows[:5] >= 3)[:, None], 7.0, p[ex, rows[:5]]))
-    assert "min(R, R // BLOCK_M + E)" in msg
-    msg = hint((3, 2), lambda p, ex: p[ex, (rows[:5] + 1) % 5])
-    assert "start at the wrong place" in msg
+    case = mb.TASK.case("test", (9, 4, 2, "every"), 8, 8, torch.float32, "kernel").seeded(1)
+    a, w, ids = mb.TASK.inputs(case, "cpu")
+    top_k, expert = 2, ids.reshape(-1)
+    right = mb.TASK.reference(case, (a, w, ids))[0]
+    copy = torch.arange(18)
+    rowwise = torch.stack([a[min(c, 8)] @ w[expert[c]] for c in copy.tolist()])
+    assert "reads token t's row" in mb._kernel_hint(rowwise, (a, w, ids))
+    shifted = torch.stack([a[c // 2] @ w[(expert[c] + (c == 5)) % 4] for c in copy.tolist()])
+    assert "was multiplied by expert" in mb._kernel_hint(shifted, (a, w, ids))
+    lost = right.clone()
+    lost[7] = 5.0
+    assert "holds what no expert gives" in mb._kernel_hint(lost, (a, w, ids))
 
 
-def test_the_padding_answers_name_the_usual_slips_and_hide_the_value():
+def test_the_padding_key_names_the_usual_slips_and_hides_the_value():
     values = keys_moe.answer_key()
+    assert set(values) == {f"{p}/{i}" for p, sizes in mb.PADDING_SIZES.items()
+                           for i in range(len(sizes))}
     for part, (value, rel, mistakes) in values.items():
         others = [value] + [w for w, _ in mistakes]
         assert all(abs(x - y) > rel * abs(y) for i, x in enumerate(others)
                    for y in others[:i]), part      # no slip reads as another, or as right
-    answer, fraction = values["3a"][0], values["3b"][0]
-    assert answer == moe.padding_rows(graded.PADDING_COUNTS, graded.PADDING_BLOCK_M)
+    # The deterministic edge: top_k = E puts every token on every expert.
+    assert values["3b/0"][0] == 4 * (-50 % 16)
 
-    def check(rows, frac):
-        return list(graded.check_padding({"wasted_rows": rows, "wasted_fraction": frac}))
+    def check(fn):
+        return list(graded.check_padding({"expected_padding": fn}))
 
-    assert all(check(answer, fraction))
-    for wrong, words in values["3a"][2]:
-        fb = check(wrong, fraction)[0]
-        assert not fb.passed and words in fb.message and str(answer) not in fb.message
-    fb = check(answer, 100 * fraction)[1]
-    assert not fb.passed and "percentage" in fb.message
+    exact = {size: values[f"{p}/{i}"][0] for p, sizes in mb.PADDING_SIZES.items()
+             for i, size in enumerate(sizes)}
+    assert all(check(lambda *size: exact[size]))
+    fb = check(lambda T, E, k, bm: E * (-(T * k / E) % bm))[0]
+    assert not fb.passed and "average count" in fb.message
+    assert all(f"{v:.6g}" not in fb.message for v in exact.values())
+    fb = check(lambda T, E, k, bm: exact[(T, E, k, bm)] * (1 + 1e-3))[0]
+    assert not fb.passed and "simulation is not exact" in fb.message
 
 
 def test_a_layer_that_borrows_the_course_is_refused():
@@ -222,18 +273,17 @@ def test_the_speed_judge_wants_the_courses_speed_on_the_learners_own_kernel():
     assert "your own kernel" in judge(speed_raw(1.0, own=0)).message
 
 
-def test_gpu_mode_watches_a_kernel_that_calls_its_own_tile_map(tmp_path):
-    # On a GPU the checks run the notebook's kernel interpreted (to watch its loads), and
-    # the kernel calls tile_to_expert, another @triton.jit function of the notebook, which
-    # calls Triton's own tl.cumsum.
+def test_gpu_mode_watches_the_kernel_through_the_learners_layout(tmp_path):
+    # On a GPU the checks run the notebook's kernel interpreted (to watch its loads), called
+    # through the learner's own align_blocks, a plain torch function of the notebook.
     nb = nbformat.read(SOLUTION, as_version=4)
     cells = [c.source.replace("if helpers.is_gpu()", "if False") for c in nb.cells
-             if c.cell_type == "code" and c.source.startswith(("@triton.jit", "BLOCKS ="))
-             and "tile_map_kernel" not in c.source]
+             if c.cell_type == "code" and c.source.startswith(
+                 ("@triton.jit", "BLOCKS =", "def align_blocks"))]
     out = check_kernel_as_on_a_gpu(
         tmp_path, "import torch\nimport triton\nimport triton.language as tl\n\n"
-        + "\n\n".join(cells), "moe", "tile_to_expert")
-    assert "8 / 8 points" in out
+        + "\n\n".join(cells), "moe", "expert_matmul_kernel")
+    assert "5 / 5 points" in out
 
 
 def solution_module(folder, name="solution_08"):
@@ -245,7 +295,7 @@ def solution_module(folder, name="solution_08"):
     nb = nbformat.read(SOLUTION, as_version=4)
     cells = [c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(
         ("import helpers", "def ", "@triton.jit", "BLOCKS ="))
-        and "tile_map_kernel" not in c.source]
+        ]
     (folder / f"{name}.py").write_text("\n\n".join(cells) + "\n")
     sys.path.insert(0, str(folder))
     try:
@@ -274,7 +324,7 @@ def test_the_timed_part_collects_and_judges_the_solution_off_a_gpu(tmp_path, mon
     monkeypatch.setattr(bench, "time_ms", lambda f: next(times))
     raw = graded._collect_speed(vars(learner), 5)
     assert raw["own"] == 3 and raw["error"] < 1e-5, raw     # gate, up and down
-    assert raw["others"] == ["helpers.kernels.moe.grouped.combine_kernel"], raw
+    assert raw["others"] == [], raw
     fb = SPEC.part("4b").judge(raw)
     assert fb.passed and "0.90x its speed" in fb.message, fb
 

@@ -64,6 +64,7 @@ def serve(spec, request: dict, namespace: dict) -> dict:
 
     task = task_of(spec.name)
     fn = namespace.get(task.function) if task is not None else None
+    fn = task.entry(namespace) if callable(fn) else None
     if not callable(fn):
         return {"error": f"`{getattr(task, 'function', '?')}` is not defined"}
     seed, device = int(request["seed"]), runtime.device()

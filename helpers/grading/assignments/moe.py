@@ -1,23 +1,25 @@
 """Assignment 08, a Mixture-of-Experts layer: its graded parts and ``check_*`` calls.
 
 The references are the course's own (:mod:`helpers.kernels.moe`): ``route`` and
-``dispatch`` for part 1 (:mod:`.moe_dispatch`), a float64 product per expert for the grouped
-GEMM, ``moe_reference`` for the layer and ``moe_loop`` beside it on a GPU; the padding
-answers live in :mod:`.keys_moe`. No expected value is typed in. Parts (24 points; 21 in CPU
-mode, 3 on a GPU):
+``dispatch`` for part 1 (:mod:`.moe_dispatch`), rules and a float64 product per copy for the
+block layout and its kernel (:mod:`.moe_blocks`), ``moe_reference`` for the layer and
+``moe_loop`` beside it on a GPU; the expected paddings live in :mod:`.keys_moe`. No expected
+value is typed in. Parts (26 points; 23 in CPU mode, 3 on a GPU):
 
 =====  ==========================================================  ======
 1a     ``route``: top_k of the softmax, renormalised, fp32              2
 1b     ``dispatch``: permutation, counts, offsets, rows, position      2
 1c     ... on empty experts, one token, one expert, top_k = E          2
 1d     ... with a capacity: late copies dropped, marked -1             2
-2a     ``grouped_matmul`` launches its kernel; right on whole and       3
-       partial tiles, one expert, a long K
-2b     ... with empty experts, more experts than rows, one row         3
-2c     its kernel never reads or writes outside its tensors            2
-3a     rows of padding for the routing the notebook shows              2
-3b     the fraction of the computed rows that is padding                1
-4a     ``moe_layer`` (route, dispatch, grouped GEMMs, combine) right    2
+2a     ``align_blocks``: every kept copy in one slot, one expert     3
+       per block, no block more than its expert needs
+2b     ... in the fewest slots that hold any counts of the sizes      2
+2c     ``expert_matmul`` through that layout: right, own kernel        3
+2d     its kernel never reads or writes outside its tensors            2
+3a     ``expected_padding`` of a random router, exact, on the         2
+       grader's sizes
+3b     ... at the edges (top_k = E, fewer tokens than blocks)          1
+4a     ``moe_layer`` (route, dispatch, blocks, 3 kernels, sum) right    2
 4b     >= 0.7x the speed of the course's layer, 128 experts (GPU)      3
 =====  ==========================================================  ======
 """
@@ -29,29 +31,17 @@ import math
 import torch
 
 from ... import bounds, runtime
-from ...feedback import Feedback, graded_number, target
+from ...feedback import Feedback, target
 from ...kernels import moe
-from .. import answers, harness
+from .. import harness
 from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, check_function
+from . import moe_blocks as mb
 from . import moe_dispatch as md
 
 FP16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
-DTYPE_OF = {harness.dtype_name(d): d for d in (FP16, BF16, FP32)}
-TOL = {FP32: (2e-2, 2e-2), FP16: (2e-2, 2e-2), BF16: (1e-1, 5e-2)}   # grouped GEMM, |C| ~ 1
+TASK = mb.TASK              # part 2's graded kernel (the class leaderboard times it)
 LAYER_TOL = {d: (2 * a, 2 * r) for d, (a, r) in moe.TOLERANCES.items()}
-DEFAULT_BLOCK_M = 16
-
-# Part 3: the routing the notebook shows (a given, not an answer): rows per expert.
-PADDING_COUNTS = (150, 0, 64, 7, 192, 93, 0, 1, 33, 200, 65, 12, 0, 71, 129, 48)
-PADDING_BLOCK_M = 64
-
-
-def key() -> answers.Key:
-    """The padding answers: formulas in keys_moe (instructor), sealed in a student release.
-    Loaded when judged: keys_moe reads the routing above from this module."""
-    return answers.load_key("08_moe", "helpers.grading.assignments.keys_moe")
-
 
 # Part 4b: lesson 08's many-small-experts layer, timed beside the course's own layer
 # (moe.moe_forward: one grouped launch per projection, its tiles measured in lesson 08) and
@@ -61,176 +51,6 @@ def key() -> answers.Key:
 # (bash tests/gpu/device.sh pytest tests/test_grading_08.py); the goal sits below that.
 SPEED_SHAPE, SPEED_TOKENS, SPEED_DTYPE, SPEED_GOAL = moe.MANY_SMALL, 1024, BF16, 0.7
 SPEED_ERROR = 2e-2          # |yours - loop| / |loop| over the whole output (bf16 roundings)
-
-
-# --- Part 2: the grouped GEMM, on the grader's counts. -----------------------------------
-
-def _layout(counts) -> tuple[list[int], torch.Tensor]:
-    """Each expert's first sorted row, and the expert of every row."""
-    counts = [int(c) for c in counts]
-    starts = [sum(counts[:e]) for e in range(len(counts))]
-    return starts, torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
-
-
-class GroupedMatmul(harness.KernelTask):
-    function = "grouped_matmul"
-    call = "grouped_matmul(a, counts, w)"
-    outputs = ("C",)
-    tensors = "a, counts, w and C"
-    inputs_named = ("a", "w")     # counts may be read on the host (a tile table is fine)
-    mask_hint = ("Mask the padding rows of each expert's last tile (rows >= the expert's end) "
-                 "at the store, and the loads past K and N")
-
-    @staticmethod
-    def case(what, counts, K, N, dtype, group, compiled=False):
-        label = f"{what}: counts {list(counts)}, K={K}, N={N}, {harness.dtype_name(dtype)}"
-        return harness.Case(label, {"counts": list(counts), "K": K, "N": N, "group": group,
-                                    "dtype": harness.dtype_name(dtype)}, 0, compiled)
-
-    def first(self):
-        return self.case("two experts", (3, 5), 16, 16, FP32, "tiles")
-
-    def cases(self, blocks):
-        bm = _block_m(blocks)
-        return [self.case(*c) for c in (
-            ("every count a whole number of tiles", (bm, 2 * bm, bm), 48, 40, FP16, "tiles"),
-            ("counts not multiples of the tile", (bm + 3, 5, 2 * bm - 1, 1), 37, 33, FP32,
-             "tiles"),
-            ("one expert", (2 * bm + 5,), 20, 24, FP16, "tiles"),
-            ("a long K, a ragged N", (bm + 1, bm - 1), 100, 70, FP32, "tiles"),
-            ("a K shorter than any tile", (bm + 2, 3), 5, 24, FP32, "tiles"),
-            ("empty experts first, between and last", (0, bm + 1, 0, 0, 3, 0), 24, 16, FP32,
-             "empty"),
-            ("every row to one expert of 4", (0, 0, 2 * bm + 1, 0), 16, 24, FP16, "empty"),
-            ("more experts than rows", (0, 1, 0, 0, 2, 0, 0, 1, 0, 0, 1, 0), 16, 16, FP32,
-             "empty"),
-            ("one row", (0, 1, 0), 16, 8, FP32, "empty"),
-            ("no rows at all", (0, 0, 0), 16, 8, FP32, "empty"))]
-
-    def compiled_cases(self, blocks):
-        many = tuple((37 * e) % 150 if e % 5 else 0 for e in range(64))
-        return [self.case(*c, compiled=True) for c in (
-            ("8 experts", (300, 0, 128, 77, 1, 0, 513, 64), 256, 192, FP16, "tiles"),
-            ("64 experts, some empty", many, 128, 96, BF16, "tiles"),
-            ("4 experts", (100, 37, 0, 250), 100, 70, FP32, "tiles"),
-            ("a K shorter than tl.dot's 16", (100, 0, 37), 8, 64, FP16, "tiles"))]
-
-    def inputs(self, case, device):
-        p, g = case.params, harness.generator(case.seed)
-        counts = torch.tensor(p["counts"], dtype=torch.int32)
-        a = torch.randn(int(counts.sum()), p["K"], generator=g)
-        w = torch.randn(len(counts), p["K"], p["N"], generator=g) / math.sqrt(p["K"])
-        dtype = DTYPE_OF[p["dtype"]]
-        return a.to(dtype).to(device), counts.to(device), w.to(dtype).to(device)
-
-    def reference(self, case, inputs):
-        a, counts, w = inputs
-        starts, _ = _layout(counts)
-        c = torch.cat([a[s:s + int(n)].double() @ w[e].double()
-                       for e, (s, n) in enumerate(zip(starts, counts))])
-        return (c.to(a.dtype),)
-
-    def compare(self, case, got, want, inputs, blocks):
-        atol, rtol = TOL[got[0].dtype]
-        bad = harness.close_hint(got[0], want[0], atol, rtol)
-        if bad is None:
-            return None
-        return (f"{bad[0]} of {want[0].numel()} elements of C are off (tolerance {atol:g} + "
-                f"{rtol:g} x |expected|). " + _kernel_hint(case, got[0], inputs, blocks))
-
-    def summary(self, cases):
-        return f"{len(cases)} routings, fp32 and fp16"
-
-
-TASK = GroupedMatmul()
-
-
-def _block_m(blocks) -> int:
-    v = {k.upper(): x for k, x in (blocks or {}).items()}.get("BLOCK_M")
-    return v if isinstance(v, int) and v > 0 else DEFAULT_BLOCK_M
-
-
-def _rows_close(got, want, dtype) -> torch.Tensor:
-    atol, rtol = TOL[dtype]
-    return ((got.double() - want.double()).abs() <= atol + rtol * want.double().abs()).all(-1)
-
-
-def _kernel_hint(case, c, inputs, blocks) -> str:
-    """What the pattern of wrong rows says about the tile map."""
-    a, counts, w = (t.cpu() for t in inputs)
-    starts, expert = _layout(counts)
-    bm, E, a = _block_m(blocks), len(starts), a.double()
-
-    def product(experts):     # row r of a times the weights of experts[r]
-        out = torch.zeros(len(a), w.shape[2], dtype=torch.float64)
-        for x in experts.unique().tolist():
-            out[experts == x] = a[experts == x] @ w[x].double()
-        return out
-
-    right = _rows_close(c, product(expert), c.dtype)
-    straddled = product(expert[torch.arange(len(expert)) // bm * bm])
-    bad = (~right).nonzero().flatten().tolist()
-    r, e = bad[0], int(expert[bad[0]])
-    where = f"row {r} (expert {e}'s row {r - starts[e]})"
-    one_tile = ("A tile never holds rows of two experts: expert e owns cdiv(counts[e], BLOCK_M) "
-                "tiles of its own, starting at its first row, the last one partly padding")
-    if _rows_close(c, straddled, c.dtype).all():
-        return ("your tiles cut the sorted rows as one matrix, each tile using the expert of "
-                f"its first row, so a tile that crosses an expert's end multiplies the next "
-                f"expert's rows by the wrong weights. {one_tile}")
-    other = [x for x in range(E) if x != e and _rows_close(
-        c[r:r + 1], a[r:r + 1] @ w[x].double(), c.dtype).all()]
-    if other:
-        return f"{where} was multiplied by expert {other[0]}'s weights. {one_tile}"
-    if _rows_close(c[r:r + 1].expand(len(expert), -1), a @ w[e].double(), c.dtype).any():
-        return (f"{where} holds the product of another row of a: the tile's rows start at the "
-                "wrong place. Expert e's first row is counts[0] + ... + counts[e - 1] (rows, "
-                "not tiles), and its tile j starts BLOCK_M x j rows after it")
-    empty = [x for x in range(E) if int(counts[x]) == 0]
-    experts = sorted({int(expert[b]) for b in bad})
-    text = (f"the rows of expert{'s' * (len(experts) > 1)} {', '.join(map(str, experts[:6]))} "
-            "hold values no expert's weights give: no program stored them")
-    if empty and all(x > empty[0] for x in experts):
-        return (f"{text}. This routing has experts with no rows ({', '.join(map(str, empty[:6]))}"
-                "): an expert with no rows must own no tile (cdiv(0, BLOCK_M) = 0); one that "
-                "takes a tile anyway shifts every tile after it, and the last real tiles fall "
-                "outside the grid")
-    return (f"{text}: every real tile needs a program, so the grid must cover the worst case, "
-            "min(R, R // BLOCK_M + E) row tiles (each tile holds at least one row, and each "
-            "expert adds at most one partial tile)")
-
-
-def _collect_kernel(ns, seed):
-    raw = harness.collect(TASK, ns, seed)
-    for rec in raw.get("trials", []):     # the kernel must read a and w; counts need not
-        read = rec.get("inputs_read")
-        if isinstance(read, list) and len(read) == 3:
-            rec["inputs_read"] = [read[0], read[2]]
-    return raw
-
-
-def _kernel_part(group, summary):
-    def judge(part, raw):
-        v = harness.verdict_of(TASK, raw)
-        trials = [t for t in v.trials if t.case.params.get("group") == group
-                  or (group == "tiles" and t.case.compiled)]
-        return v.correctness(part, f"C matches the reference on {summary}", trials)
-    return judge
-
-
-# --- Part 3: the padding of the routing the notebook shows. ------------------------------
-
-def _wasted_rows(ns):
-    return graded_number(
-        "3a rows of padding", answer(ns, "wasted_rows"), key()["3a"], unit="rows",
-        hint=f"each expert's rows are rounded up to whole tiles of {PADDING_BLOCK_M} on their "
-             "own; padding is what the tiles compute beyond the real rows.")
-
-
-def _wasted_fraction(ns):
-    return graded_number(
-        "3b fraction of the computed rows that is padding", answer(ns, "wasted_fraction"),
-        key()["3b"], hint="padding rows / every row the tiles compute (real rows + padding).")
 
 
 # --- Part 4a: the layer, against the float64 reference. -----------------------------------
@@ -294,13 +114,13 @@ def _layer_problem(spec, rec, seed) -> str | None:
     course = [k for k in rec.get("others", []) if "grouped_gemm" in k]
     if course:
         return (f"moe_layer launched the course's {course[0]}: run the experts with your own "
-                "grouped_matmul")
+                "expert_matmul")
     if md.copied(rec.get("calls"), "moe_layer"):
         return md.copied(rec.get("calls"), "moe_layer") + " (use your own route and dispatch)"
     if not rec.get("own"):
         ran = ", ".join(rec.get("others", [])) or "no Triton kernel at all"
         return (f"moe_layer launched no kernel of your notebook ({ran}): the experts' matrix "
-                "products must run in your grouped_matmul's kernel")
+                "products must run in your expert_matmul's kernel")
     y = rec.get("out")
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (T, H) or y.dtype != dtype:
         what = f"{harness.dtype_name(y.dtype)} {tuple(y.shape)}" if isinstance(
@@ -314,11 +134,11 @@ def _layer_problem(spec, rec, seed) -> str | None:
     text = f"{bad[0]} of {y.numel()} outputs are off (tolerance {atol:g} + {rtol:g} x |expected|)"
     for kw, slip in (({"renormalize": False}, "the routing weights are not renormalised (part "
                       "1a)"), ({"weighted": False}, "the experts' outputs are added without "
-                      "their routing weights: pass weights to the combine")):
+                      "their routing weights: weight each copy's row before the sum")):
         if harness.close_hint(y, _reference(x, w, top_k, **kw), atol, rtol) is None:
             return f"{text}: {slip}"
     return (f"{text}. Check each step against moe.moe_loop: route on x @ w.router, dispatch, "
-            "x[d.rows], silu(gate) * up, down, then combine(y, d.position, weights)")
+            "align_blocks, silu(gate) * up, down, then each token's weighted sum of its copies")
 
 
 def _layer(part, raw) -> Feedback:
@@ -392,7 +212,7 @@ def _labelled(key, title, points, judge, names, **kw):
 
 ASSIGNMENT = Assignment(
     name="08_moe",
-    title="A Mixture-of-Experts layer: dispatch, grouped GEMM, padding",
+    title="A Mixture-of-Experts layer: dispatch, blocks of one expert, padding",
     parts=(
         _labelled("1a", "route", 2, md.judge_route, ("route",), collect=md.collect_route),
         *(_labelled(k, t, 2, md.judge_dispatch(g), ("dispatch",), group="dispatch",
@@ -400,18 +220,18 @@ ASSIGNMENT = Assignment(
             ("1b", "dispatch: permutation, counts, offsets", "ordinary"),
             ("1c", "dispatch: empty experts and other edges", "edges"),
             ("1d", "dispatch with a capacity", "capacity"))),
-        _labelled("2a", "whole and partial tiles", 3, _kernel_part(
-            "tiles", "whole and partial tiles, one expert, a long K"), ("grouped_matmul",),
-            group="kernel", collect=_collect_kernel),
-        _labelled("2b", "empty experts, more experts than rows", 3, _kernel_part(
-            "empty", "empty experts, more experts than rows, one row"), ("grouped_matmul",),
-            group="kernel", collect=_collect_kernel),
-        _labelled("2c", "the kernel stays in bounds", 2,
-                  lambda part, raw: harness.verdict_of(TASK, raw).in_bounds(part),
-                  ("grouped_matmul",), group="kernel", collect=_collect_kernel),
-        Part("3a", "rows of padding", 2, _wasted_rows, ("wasted_rows",)),
-        Part("3b", "fraction of the computed rows that is padding", 1, _wasted_fraction,
-             ("wasted_fraction",)),
+        _labelled("2a", "align_blocks: the layout's rules", 3, mb.judge_layout,
+                  ("align_blocks",), group="align", collect=mb.collect_align),
+        _labelled("2b", "align_blocks: the fewest slots for the sizes", 2, mb.judge_length,
+                  ("align_blocks",), group="align", collect=mb.collect_align),
+        _labelled("2c", "expert_matmul through the layout", 3, mb.kernel_part,
+                  ("align_blocks", "expert_matmul"), group="kernel", collect=mb.collect_kernel),
+        _labelled("2d", "the kernel stays in bounds", 2, mb.bounds_part,
+                  ("align_blocks", "expert_matmul"), group="kernel", collect=mb.collect_kernel),
+        _labelled("3a", "expected padding of a random router", 2, mb.judge_padding("3a"),
+                  ("expected_padding",), group="padding", collect=mb.collect_padding),
+        _labelled("3b", "expected padding at the edges", 1, mb.judge_padding("3b"),
+                  ("expected_padding",), group="padding", collect=mb.collect_padding),
         _labelled("4a", "the layer", 2, _layer, ("moe_layer",), group="layer",
                   collect=_collect_layer),
         _labelled("4b", "within reach of the course's layer", 3, _speed, ("moe_layer",),
@@ -422,10 +242,12 @@ ASSIGNMENT = Assignment(
 check_route = check_function(ASSIGNMENT, ("1a",), "Part 1: ``route`` on the grader's logits.")
 check_dispatch = check_function(ASSIGNMENT, ("1b", "1c", "1d"),
     "Part 1: ``dispatch`` on skewed, empty-expert and capacity routings.")
-check_kernel = check_function(ASSIGNMENT, ("2a", "2b", "2c"),
-    "Part 2: ``grouped_matmul`` on the grader's counts, watched.")
+check_align = check_function(ASSIGNMENT, ("2a", "2b"),
+    "Part 2: ``align_blocks`` on the grader's routings.")
+check_kernel = check_function(ASSIGNMENT, ("2c", "2d"),
+    "Part 2: ``expert_matmul`` through your layout, on the grader's routings, watched.")
 check_padding = check_function(ASSIGNMENT, ("3a", "3b"),
-    "Part 3: ``wasted_rows`` and ``wasted_fraction``.")
+    "Part 3: ``expected_padding`` on the grader's sizes.")
 check_layer = check_function(ASSIGNMENT, ("4a",), "Part 4: ``moe_layer`` against the reference.")
 check_speed = check_function(ASSIGNMENT, ("4b",),
     "Part 4: timed against the per-expert loop (GPU mode; pending on a CPU).")

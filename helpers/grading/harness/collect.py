@@ -88,6 +88,7 @@ def collect(task: KernelTask, namespace: dict, seed: int) -> dict:
     fn = answer(namespace, task.function)
     if not callable(fn):
         return {"not_callable": f"{type(fn).__name__} {fn!r:.60}"}
+    fn = task.entry(namespace)
     raw = {"trials": [], "unwatched": task.unwatchable()}
     watching = contextlib.ExitStack()
     if raw["unwatched"]:

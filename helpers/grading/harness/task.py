@@ -65,6 +65,11 @@ class KernelTask:
         *first, last = (*self.inputs_named, *self.outputs)
         return f"{', '.join(first)} and {last}" if first else last
 
+    def entry(self, namespace: dict):
+        """What each trial calls with its inputs: the notebook's :attr:`function`, or a
+        task's chain of the learner's functions (08: its layout, then its kernel)."""
+        return namespace.get(self.function)
+
     def first(self) -> Case:
         """A small trial run first: it tells the learner's block sizes."""
         raise NotImplementedError
