@@ -20,7 +20,7 @@ value is typed in. Parts (26 points; 23 in CPU mode, 3 on a GPU):
        grader's sizes
 3b     ... at the edges (top_k = E, fewer tokens than blocks)          1
 4a     ``moe_layer`` (route, dispatch, blocks, 3 kernels, sum) right    2
-4b     >= 0.7x the speed of the course's layer, 128 experts (GPU)      3
+4b     >= 0.45x the speed of the course's layer, 128 experts (GPU)     3
 =====  ==========================================================  ======
 """
 
@@ -46,10 +46,13 @@ LAYER_TOL = {d: (2 * a, 2 * r) for d, (a, r) in moe.TOLERANCES.items()}
 # Part 4b: lesson 08's many-small-experts layer, timed beside the course's own layer
 # (moe.moe_forward: one grouped launch per projection, its tiles measured in lesson 08) and
 # the per-expert loop model code often starts from. The course's layer is 26-36x faster
-# than the loop, so the bar is set against it: on an H100 the solution's layer (its own
-# tiles, not the course's measured ones) took 1.171 ms against the course's 0.946 ms, 0.81x
-# (bash tests/gpu/device.sh pytest tests/test_grading_08.py); the goal sits below that.
-SPEED_SHAPE, SPEED_TOKENS, SPEED_DTYPE, SPEED_GOAL = moe.MANY_SMALL, 1024, BF16, 0.7
+# than the loop, so the bar is set against it. At this size the host's launches, not the
+# GPU, set the time: on an H100 the solution's layer (block layout built with ~12 torch
+# ops, GShard-priority dispatch, three kernel launches, silu and the weighted sum in torch)
+# took 2.09 ms against the course's 1.04 ms (0.50x; its kernels 0.58 ms of it, route and
+# dispatch 1.14 ms, the layout 0.41 ms; `bash tests/gpu/device.sh pytest
+# tests/test_grading_08.py` grades it); the goal sits below that.
+SPEED_SHAPE, SPEED_TOKENS, SPEED_DTYPE, SPEED_GOAL = moe.MANY_SMALL, 1024, BF16, 0.45
 SPEED_ERROR = 2e-2          # |yours - loop| / |loop| over the whole output (bf16 roundings)
 
 
