@@ -353,6 +353,7 @@ NOT_REPORTED = {
     "profiles": "torch.profiler's kernel tables of lessons 01 and 05: where a call's time goes",
     "tiling_ncu": "Nsight Compute counters of lesson 04's ladder: why each rung runs as it does",
     "noise": "cuBLAS's reference per dtype and its run-to-run spread, with clocks and power",
+    "softmax_tuning": "assignment 07's data: every setting of the online softmax on 24 shapes",
 }
 
 
