@@ -1,61 +1,79 @@
 """Lesson 07's planted mistakes: the autotuning solution with one slip each.
 
-A configuration that overflows shared memory kept, pruning rules that drop the fastest
-configuration, a key that never buckets or buckets wrongly at the edges, a space with an
-invalid entry. Each plant is made from solutions/07_autotuning.ipynb (a replacement that
-no longer applies fails loudly) and graded by tests/test_grading_lessons.py.
+The course's own launch rule as the space and as the prune, a space fitted to the shapes
+the notebook shows (it misses the held-out ones), a prune that keeps everything or may keep
+nothing, a key of the exact sizes and one that ignores the rows. Each plant is made from
+solutions/07_autotuning.ipynb (a replacement that no longer applies fails loudly) and graded
+by tests/test_grading_lessons.py.
 """
 
 from planting import edit, together  # tests/planting.py
 
-KEY = "return tuple(max(16, triton.next_power_of_2(n)) for n in (M, N, K))"
+SPACE = """\
+        for per_thread in (4, 16):
+            warps = block // (32 * per_thread)
+            if 1 <= warps <= 32:
+                space.append(triton.Config({"BLOCK_SIZE": block}, num_warps=warps,
+                                           num_stages=1))
+    return space
+"""
+# The course's launch rule, one setting per block: the nearest course function.
+COURSE_SPACE = """\
+        space.append(triton.Config({"BLOCK_SIZE": block}, num_warps=sk.num_warps_for(block),
+                                   num_stages=3))
+    return space
+"""
+# Fitted to the shapes the notebook shows: the fewest settings that cover them.
+FITTED_SPACE = """\
+        pass
+    shown = [s for s in table if s[1] in SHOWN_COLS]
+    chosen = []
+    while shown:
+        pick = max(grid, key=lambda g: sum(table[s][g] <= 1.1 * min(table[s].values())
+                                           for s in shown))
+        chosen.append(pick)
+        shown = [s for s in shown if table[s][pick] > 1.1 * min(table[s].values())]
+    return [triton.Config({"BLOCK_SIZE": b}, num_warps=w, num_stages=st) for b, w, st in chosen]
+"""
+RULE = """\
+    kept = [c for c in configs if c.kwargs["BLOCK_SIZE"] in blocks
+            and c.kwargs["BLOCK_SIZE"] // (32 * c.num_warps) in (4, 8, 16)]
+"""
+COURSE_RULE = """\
+    block = min(sk.ONLINE_BLOCK, row)
+    kept = [c for c in configs if c.kwargs["BLOCK_SIZE"] == block
+            and c.num_warps == sk.num_warps_for(block)]
+"""
+FALLBACK = "    if not kept:        # nothing the rule picks"
+KEY = "    return rows, min(triton.next_power_of_2(max(N, 1)), 65536)\n"
 
 # name -> (how to plant it, {part: words its message must contain}); every other part
 # must keep its full points.
 PLANTS = {
-    # The pipeline's stages forgotten: 128 x 128 x 64 with 8 stages (256 KiB) is kept.
-    "overflowing_config_kept": (
-        edit([("shared = c.num_stages * (bm * bk + bk * bn) * size",
-               "shared = (bm * bk + bk * bn) * size")]),
-        {"2a": "your prune keeps it (it counts one stage"}),
-    # A budget written for another GPU drops the H100's fastest recorded configuration.
-    "a100_budget_drops_the_best": (
-        edit([("shared <= SMEM_LIMIT", "shared <= 166_912")]),
-        {"2a": "but your prune drops it", "2c": "the fastest configuration of lesson 04's"}),
-    # The fastest recorded configuration holds exactly 128 registers a thread.
-    "registers_strictly_below_the_limit": (
-        edit([("registers <= MAX_ACC_REGISTERS", "registers < MAX_ACC_REGISTERS")]),
-        {"2a": "use <=, not <", "2c": "your prune drops 128x256x64"}),
-    "two_bytes_for_every_dtype": (
-        edit([('size = named_args["a_ptr"].element_size()', "size = 2")]),
-        {"2a": "2 bytes an element"}),
-    "tiles_compared_with_m_itself": (
-        edit([("biggest_m = max(16, triton.next_power_of_2(M))", "biggest_m = M"),
-              ("biggest_n = max(16, triton.next_power_of_2(N))", "biggest_n = N")]),
-        {"2b": "compares with M and N themselves"}),
-    "key_never_buckets": (
-        edit([(KEY, "return (M, N, K)")]),
-        {"3a": "never buckets", "3b": "never buckets"}),
-    # Right away from the edges; 16 -> 32 and 1024 -> 2048 at them.
-    "key_doubles_exact_powers_of_two": (
-        edit([(KEY, "return tuple(max(16, 1 << n.bit_length()) for n in (M, N, K))")]),
-        {"3b": "an exact power of two is its own bucket"}),
-    "block_k_of_8": (
-        edit([("(64, 128, 32, 4, 5)", "(64, 128, 8, 4, 5)")]),
-        {"1a": "BLOCK_K = 8"}),
-    "block_n_not_a_power_of_two": (
-        edit([("(64, 64, 64, 4, 4)", "(64, 96, 64, 4, 4)")]),
-        {"1a": "BLOCK_N = 96"}),
+    "course_rule_space": (edit([(SPACE, COURSE_SPACE)]), {"1b": "slower than the sweep's best"}),
+    "space_fitted_to_the_shown_shapes": (
+        edit([(SPACE, FITTED_SPACE)]),
+        {"1b": "a shape the notebook does not show"}),
+    "prune_keeps_everything": (edit([(RULE, "    kept = list(configs)\n")]), {"2b": "at most 18"}),
+    # The course's rule as the prune: slow on most shapes, and nothing of a short list.
+    "prune_by_the_course_rule": (
+        edit([(RULE, COURSE_RULE)]),
+        {"2a": "drops every setting within", "2c": "keeps nothing"}),
+    "prune_may_keep_nothing": (edit([(FALLBACK, "    if False:")]), {"2c": "keeps nothing"}),
+    "key_of_the_exact_sizes": (edit([(KEY, "    return M, N\n")]), {"3b": "at most 64"}),
+    "key_ignores_the_rows": (
+        edit([(KEY, "    return min(triton.next_power_of_2(max(N, 1)), 65536)\n")]),
+        {"3a": "share your key"}),
 }
 
 # Slips in parts that do not read one another, graded in one notebook each group.
 PLANTS["slips_a"] = together(*(PLANTS.pop(name) for name in (
-    "tiles_compared_with_m_itself",
-    "key_doubles_exact_powers_of_two",
-    "block_n_not_a_power_of_two",
+    "course_rule_space",
+    "prune_keeps_everything",
+    "key_ignores_the_rows",
 )))
 PLANTS["slips_b"] = together(*(PLANTS.pop(name) for name in (
-    "two_bytes_for_every_dtype",
-    "key_never_buckets",
-    "block_k_of_8",
+    "space_fitted_to_the_shown_shapes",
+    "prune_may_keep_nothing",
+    "key_of_the_exact_sizes",
 )))

@@ -32,8 +32,8 @@ COURSE_KERNEL = """\
     return c
 """
 # A simulation of the random router, through the course's padding_rows.
-SIMULATED = """    drawn = [moe.padding_rows(torch.bincount(torch.rand(tokens, experts).argsort(-1)[:, :top_k]
-                                             .flatten(), minlength=experts), block_m)
+SIMULATED = """    drawn = [moe.padding_rows(torch.bincount(
+        torch.rand(tokens, experts).argsort(-1)[:, :top_k].flatten(), minlength=experts), block_m)
              for _ in range(200)]
     return sum(drawn) / len(drawn)
 """
@@ -91,7 +91,8 @@ PLANTS = {
         edit([("    slots[slot] = d.order\n", "    slots[slot] = torch.arange(R)\n")]),
         {"2a": "", "2c": "", "4a": ""}),
     "kernel_reads_row_copy": (
-        edit([("    rows = tl.where(real, copy, 0) // top_k ", "    rows = tl.where(real, copy, 0) ")]),
+        edit([("    rows = tl.where(real, copy, 0) // top_k ",
+               "    rows = tl.where(real, copy, 0) ")]),
         {"2c": "", "2d": "", "4a": ""}),
     # The guard stops the stores past C: only the bounds part sees it.
     "empty_slots_stored": (
