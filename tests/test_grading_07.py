@@ -71,7 +71,7 @@ def make_prune(whole_row=False, fallback=True, keep_all=False, course=False):
 
         def clamp(b):
             return min(16384, max(512, b))
-        blocks = {clamp(row // 4), clamp(row // 2)}
+        blocks = {clamp(row // 4), clamp(row // 2)} | ({8192} if row >= 65536 else set())
         if rows < 256 or whole_row:
             blocks.add(clamp(row))
         if whole_row:                   # one block: the whole row, as lesson 05's first kernel
