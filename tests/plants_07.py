@@ -44,21 +44,26 @@ COURSE_RULE = """\
     kept = [c for c in configs if c.kwargs["BLOCK_SIZE"] == block
             and c.num_warps == sk.num_warps_for(block)]
 """
-FALLBACK = "    if not kept:        # nothing the rule picks"
+FALLBACK = "    if not kept:        # nothing the rule picks: the block nearest its choice, never none"
 KEY = "    return rows, min(triton.next_power_of_2(max(N, 1)), 65536)\n"
 
 # name -> (how to plant it, {part: words its message must contain}); every other part
 # must keep its full points.
 PLANTS = {
-    "course_rule_space": (edit([(SPACE, COURSE_SPACE)]), {"1b": "slower than the sweep's best"}),
+    # The course's own code in the space: 1a, right otherwise, is refused for it; 1b fails
+    # on the data anyway.
+    "course_rule_space": (edit([(SPACE, COURSE_SPACE)]),
+                          {"1a": "uses the course's own", "1b": "slower than the sweep's best"}),
     "space_fitted_to_the_shown_shapes": (
         edit([(SPACE, FITTED_SPACE)]),
         {"1b": "a shape the notebook does not show"}),
     "prune_keeps_everything": (edit([(RULE, "    kept = list(configs)\n")]), {"2b": "at most 18"}),
-    # The course's rule as the prune: slow on most shapes, and nothing of a short list.
+    # The course's rule as the prune: slow on most shapes (2a); 2b and 2c (the solution's
+    # fallback keeps a setting), right otherwise, refused for the course's code.
     "prune_by_the_course_rule": (
         edit([(RULE, COURSE_RULE)]),
-        {"2a": "drops every setting within", "2c": "keeps nothing"}),
+        {"2a": "drops every setting within", "2b": "uses the course's own",
+         "2c": "uses the course's own"}),
     "prune_may_keep_nothing": (edit([(FALLBACK, "    if False:")]), {"2c": "keeps nothing"}),
     "key_of_the_exact_sizes": (edit([(KEY, "    return M, N\n")]), {"3b": "at most 64"}),
     "key_ignores_the_rows": (

@@ -137,15 +137,16 @@ def _formats(value: float) -> set[str]:
 
 
 def _keys():
-    """Each assignment that grades numbers, with its answer key (an assignment made only
-    of kernels and functions, 06 and 07, has no numbers to leak)."""
+    """Each assignment that grades numbers as such, with its answer key (an assignment made
+    only of kernels and functions, 06 and 07, has no numbers to leak; 08 grades a function
+    against its key, tested in tests/test_grading_08.py)."""
     for name, module in registry.modules().items():
         topic = module.rsplit(".", 1)[1]
         try:
             keys = importlib.import_module(f"helpers.grading.assignments.keys_{topic}")
         except ModuleNotFoundError:
             continue
-        if keys.answer_key():
+        if any(p.key in keys.answer_key() for p in registry.get(name).parts):
             yield registry.get(name), keys.answer_key()
 
 
