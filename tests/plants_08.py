@@ -115,12 +115,14 @@ PLANTS = {
 
 # Slips in parts that do not read one another, graded in one notebook each group.
 PLANTS["slips_a"] = together(*(PLANTS.pop(name) for name in (
+    "weights_not_renormalised",
     "bincount_without_minlength",
     "capacity_by_token_order",
     "course_grid_bound",
     "padding_of_the_mean",
 )))
 PLANTS["slips_b"] = together(*(PLANTS.pop(name) for name in (
+    "slots_hold_sorted_rows",
     "copies_dropped_silently",
     "empty_slots_stored",
     "simulated_padding",

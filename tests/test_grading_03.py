@@ -171,6 +171,11 @@ PLANTS["syntax_error_and_fused_update_by_torch"] = together(
     PLANTS.pop("syntax_error"), PLANTS.pop("fused_update_by_torch"))
 PLANTS["wrong_dtype_and_fused_no_mask"] = together(
     PLANTS.pop("wrong_dtype"), PLANTS.pop("fused_no_mask"))
+# Napkin-math slips (parts 1, 2, 5b and 5e) beside kernel slips (3a, 3b).
+PLANTS["napkin_slips_a_and_no_mask"] = together(
+    PLANTS.pop("napkin_slips_a"), PLANTS.pop("no_mask"))
+PLANTS["napkin_slips_b_and_typo_in_kernel"] = together(
+    PLANTS.pop("napkin_slips_b"), PLANTS.pop("typo_in_kernel"))
 
 # The expected scores are CPU mode's (part 4 "needs a GPU"); on a GPU machine the
 # solution is graded in GPU mode by test_the_solution_scores_full_marks_on_a_gpu.
@@ -271,8 +276,8 @@ def test_the_folder_becomes_a_gradebook(graded):
     assert set(by_student) == set(PLANTS) | {"solution", "blank", "corrupt"}
     assert by_student["solution"]["score"] == f"{CPU_MAX:g}"
     assert by_student["solution"]["part 4"] == by_student["solution"]["part 5f"] == "GPU"
-    assert by_student["no_mask"]["part 3b"] == "0"
-    assert by_student["no_mask"]["part 3a"] == f"{POINTS['3a']:g}"
+    assert by_student["napkin_slips_a_and_no_mask"]["part 3b"] == "0"
+    assert by_student["napkin_slips_a_and_no_mask"]["part 3a"] == f"{POINTS['3a']:g}"
     assert "SIGSEGV" in by_student["segfault_in_a_cell"]["notes"]
 
 

@@ -348,3 +348,15 @@ def test_the_solution_scores_full_marks_on_a_gpu():
     assert report.score == report.max_score, report.to_text()
     assert report.max_score >= SPEC.max_points - 2, report.to_text()   # 2c may be unwatched
     assert "course's layer" in parts["4b"]["message"], parts["4b"]
+
+
+def test_the_leaderboard_races_the_layout_and_the_kernel_together(tmp_path):
+    # The class leaderboard times part 2's graded kernel: the learner's align_blocks, then
+    # expert_matmul, on the race input (in CPU mode the first, small trial).
+    from helpers.grading import leaderboard
+
+    learner = vars(solution_module(tmp_path, "solution_08_race"))
+    checked = leaderboard.serve(SPEC, {"race": "check", "seed": 3}, learner)
+    assert "error" not in checked, checked
+    timed = leaderboard.serve(SPEC, {"race": "time", "seed": 3}, learner)
+    assert timed.get("ms", 0) > 0, timed
