@@ -16,13 +16,12 @@ Parts (32 points; 26 graded in CPU mode, 6 on a GPU):
 3a-3b  ``vector_add`` launches the notebook's kernel, exact on        5
        awkward sizes (fp16, fp32); its kernel stays in bounds
 4      >= 85 % of the table's peak bandwidth at 2^28 elements (GPU)  3
-5a-5b  the fused update ``w + ALPHA * g`` (g fp16, w fp32): bytes     2
-       for 10^9 elements, intensity
-5c-5d  ``update`` launches the notebook's fused kernel, right on     5
-       awkward sizes and special values; its kernel stays in bounds
-5e     its GPU time at 2^22 elements, predicted from its bytes, the  2
-       table and the launch floor, against the recorded run of the
-       course's kernel (``vector_add`` record, key "axpy")
+5a-5b  a fused momentum step (w, m fp32, g fp16; two outputs): its  2
+       bytes for 10^9 elements, its intensity
+5c-5d  ``momentum_step`` launches the notebook's fused kernel, right  5
+       on awkward sizes and special values; its kernel in bounds
+5e     its GPU time at 2^22 elements by lesson 02's model (bytes /   2
+       the table's bandwidth + the recorded launch floor)
 5f     >= 85 % of the table's peak bandwidth at 2^28 elements (GPU)  3
 =====  ==========================================================  ======
 
@@ -38,11 +37,12 @@ from functools import partial
 import torch
 
 from ... import hardware, records
-from ...experiments.vector_add import AXPY_ALPHA, time_axpy, time_pair
+from ...experiments.vector_add import time_pair
 from ...feedback import Feedback, graded_choice, graded_number, needs_gpu, target
 from .. import answers, harness
 from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, check_function, finite
+from . import vector_add_step as step
 
 GPU = hardware.GPUS["H100-SXM"]
 COMPUTE_ROOF = "fp32"          # elementwise arithmetic: CUDA cores
@@ -312,90 +312,41 @@ def _bandwidth(raw, part=f"4 bandwidth at 2^{BIG_N.bit_length() - 1} elements",
 
 
 # ------------------------------------------------------------------------------------
-# Part 5: the fused kernel, out = w + ALPHA * g with g in fp16 and w, out in fp32.
+# Part 5: a fused momentum step (:mod:`.vector_add_step`), its bytes, time and bandwidth.
 # ------------------------------------------------------------------------------------
 
-ALPHA = AXPY_ALPHA             # the step: minus a learning rate
-
-
-class Update(VectorAdd):
-    function = "update"
-    call = "update(w, g)"
-    outputs = ("out",)
-    inputs_named = ("w", "g")
-    spec = "w + ALPHA * g"
-    dtypes = (FP16,)           # g's; w and out are fp32
-    edges = ("special",)
-
-    @staticmethod
-    def _case(n, dtype, values="randn"):
-        label = f"n={n}" + ("" if values == "randn" else f", {values}")
-        return harness.Case(label, {"n": n, "dtype": harness.dtype_name(dtype), "values": values})
-
-    def inputs(self, case, device):
-        n, g = case.params["n"], harness.generator(case.seed)
-        if case.params["values"] == "special":
-            pool = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.0])
-            w, grad = (pool[torch.randint(0, len(pool), (n,), generator=g)] for _ in range(2))
-        else:
-            w, grad = torch.randn(n, generator=g), torch.randn(n, generator=g)
-        return w.to(FP32).to(device), grad.to(FP16).to(device)
-
-    def reference(self, case, inputs):
-        w, g = inputs
-        return (ALPHA * g.float() + w,)
-
-    def hint(self, got, want, inputs) -> str:
-        w, g = inputs
-        if harness.close_hint(got, want, 1e-4, 1e-3) is None:
-            return ("every element is close, but not within fp32 rounding: convert g to fp32 "
-                    "before the multiply (g.to(tl.float32)); ALPHA * g in fp16 keeps 11 bits")
-        if harness.close_hint(got, w.float() + g.float(), 1e-6, 1e-6) is None:
-            return "that is w + g: multiply g by ALPHA (pass it to the kernel as an argument)"
-        return ""
-
-    described = "(g fp16, w fp32), with inf, NaN and signed zeros"
-
-
-UPDATE = Update()
-_collect_update = partial(harness.collect, UPDATE)
-
-
-_update_correct = _correct(UPDATE, "5c update is right")
-_update_in_bounds = _in_bounds(UPDATE, "5d the fused kernel stays in bounds")
-
+LR, BETA = step.LR, step.BETA
+_collect_step = partial(harness.collect, step.STEP)
+_step_correct = _correct(step.STEP, "5c momentum_step is right")
+_step_in_bounds = _in_bounds(step.STEP, "5d the fused kernel stays in bounds")
 
 PRED_N = 2**22                 # 5e: the size of the prediction
-PRED_GPU = "H100-SXM"          # the table's GPU, and the record's
+PRED_GPU = "H100-SXM"          # the table's GPU
 
 
-def reference_run() -> tuple[float, str]:
-    """Lesson 02's launch floor on the reference GPU, and the label of 5e's record."""
-    floor = records.load("roofline", PRED_GPU).results["launch_floor_us"]
-    return floor, records.load("vector_add", PRED_GPU).label
+def _floor_us() -> float:
+    """Lesson 02's launch floor on the reference GPU (its record), for the hint."""
+    return records.load("roofline", PRED_GPU).results["launch_floor_us"]
 
 
 def _prediction(ns):
     part = f"5e predicted time at 2^{PRED_N.bit_length() - 1} elements"
-    got = answer(ns, "update_predicted_us")
-    fb = graded_number(part, got, KEY["5e"], unit="µs")
-    floor, label = reference_run()
-    if fb.passed or fb.status:
-        return Feedback(part, fb.passed, fb.message + (f": within {KEY['5e'].rel:.0%} of the "
-                        f"course's kernel, {label}" if fb.passed else ""), status=fb.status)
-    slip = KEY["5e.model"].mistake(got)
-    return Feedback(part, False, f"{float(got):.4g} µs is " + (f"what you get if {slip}" if slip else
-                    f"not within {KEY['5e'].rel:.0%} of the recorded time ({label}). Hint: "
-                    f"your bytes / {GPU.hbm_bandwidth_gbs:,.0f} GB/s, plus the launch floor, "
-                    f"{floor:.3g} µs"))
+    fb = graded_number(part, answer(ns, "step_predicted_us"), KEY["5e"], unit="µs",
+                       hint=f"your bytes at 2^{PRED_N.bit_length() - 1} elements over "
+                            f"{GPU.hbm_bandwidth_gbs:,.0f} GB/s, plus the launch floor, "
+                            f"{_floor_us():.3g} µs")
+    if fb.passed:
+        return Feedback(part, True, fb.message + f": lesson 02's model, within "
+                        f"{KEY['5e'].rel:.0%}")
+    return fb
 
 
-_collect_update_bandwidth = _collect_timed("update", {   # time_axpy's x is g, its y is w
-    "g fp16, w fp32": lambda fn: time_axpy(BIG_N, fn=lambda x, y: fn(y, x))})
+_collect_step_bandwidth = _collect_timed("momentum_step", {
+    "w, m fp32, g fp16": lambda fn: step.time_step(BIG_N, fn)})
 
 
-_update_bandwidth = partial(_bandwidth, part=f"5f fused update at 2^{BIG_N.bit_length() - 1} "
-                            "elements", what="update", ref_name="torch.add(w, g, alpha)")
+_step_bandwidth = partial(_bandwidth, part=f"5f fused step at 2^{BIG_N.bit_length() - 1} "
+                          "elements", what="momentum_step", ref_name="eager PyTorch")
 
 
 # ------------------------------------------------------------------------------------
@@ -428,19 +379,18 @@ ASSIGNMENT = Assignment(
              group="kernel", collect=_collect_kernel),
         Part("4", f"bandwidth at 2^{BIG_N.bit_length() - 1} elements", 3, _bandwidth,
              ("vector_add",), gpu=True, collect=_collect_bandwidth, after="kernel"),
-        _number("5a", "bytes of the fused update", 1, "update_bytes", "bytes",
-                "each tensor crosses the bus once, at its own element size: g is fp16, w and "
-                "out fp32."),
-        _number("5b", "intensity of the fused update", 1, "update_intensity", "FLOP/byte",
+        _number("5a", "bytes of the fused step", 1, "step_bytes", "bytes",
+                "each tensor crosses the bus once each way it must, at its own element size."),
+        _number("5b", "intensity of the fused step", 1, "step_intensity", "FLOP/byte",
                 "FLOPs per element (a multiply-add is two) over bytes per element."),
-        Part("5c", "update is right", 3, _update_correct, ("update",), group="update",
-             collect=_collect_update),
-        Part("5d", "the fused kernel stays in bounds", 2, _update_in_bounds, ("update",),
-             group="update", collect=_collect_update),
+        Part("5c", "momentum_step is right", 3, _step_correct, ("momentum_step",),
+             group="step", collect=_collect_step),
+        Part("5d", "the fused kernel stays in bounds", 2, _step_in_bounds, ("momentum_step",),
+             group="step", collect=_collect_step),
         Part("5e", f"predicted time at 2^{PRED_N.bit_length() - 1} elements", 2, _prediction,
-             ("update_predicted_us",)),
-        Part("5f", f"fused update at 2^{BIG_N.bit_length() - 1} elements", 3, _update_bandwidth,
-             ("update",), gpu=True, collect=_collect_update_bandwidth, after="update"),
+             ("step_predicted_us",)),
+        Part("5f", f"fused step at 2^{BIG_N.bit_length() - 1} elements", 3, _step_bandwidth,
+             ("momentum_step",), gpu=True, collect=_collect_step_bandwidth, after="step"),
     ),
 )
 
@@ -460,13 +410,13 @@ check_bandwidth = check_function(ASSIGNMENT, ("4",),
     "Runs part 3's trials first: the speed of a wrong kernel is not graded.")
 
 check_fused_napkin_math = check_function(ASSIGNMENT, ("5a", "5b"),
-    "Part 5: ``update_bytes``, ``update_intensity`` of the fused update.")
+    "Part 5: ``step_bytes``, ``step_intensity`` of the fused momentum step.")
 
 check_fused_kernel = check_function(ASSIGNMENT, ("5c", "5d"),
-    "Part 5: ``update`` on awkward sizes and special values, its kernel bounds-checked.")
+    "Part 5: ``momentum_step`` on awkward sizes and special values, its kernel bounds-checked.")
 
 check_prediction = check_function(ASSIGNMENT, ("5e",),
-    "Part 5: ``update_predicted_us``, against the recorded run of the course's fused kernel.")
+    "Part 5: ``step_predicted_us``, against lesson 02's model of a memory-bound kernel.")
 
 check_fused_bandwidth = check_function(ASSIGNMENT, ("5f",),
-    "Part 5: the fused update's bandwidth at 2^28 elements (GPU mode; pending on a CPU).")
+    "Part 5: the fused step's bandwidth at 2^28 elements (GPU mode; pending on a CPU).")
