@@ -55,7 +55,6 @@ def expert_of_tile(tile, counts_ptr, E, E_POW2: tl.constexpr, BLOCK_M: tl.conste
     """
     e = tl.arange(0, E_POW2)
     counts = tl.load(counts_ptr + e, mask=e < E, other=0)
-    # >>> assignment: tiles per expert, the expert that owns `tile`, and its rows
     tiles = (counts + BLOCK_M - 1) // BLOCK_M            # 0 for an expert with no rows
     tiles_end = tl.cumsum(tiles, axis=0)                  # first tile *after* expert e
     expert = tl.sum((tiles_end <= tile).to(tl.int32), axis=0)
@@ -65,7 +64,6 @@ def expert_of_tile(tile, counts_ptr, E, E_POW2: tl.constexpr, BLOCK_M: tl.conste
     expert_rows = tl.sum(tl.where(e == expert, counts, 0), axis=0)
     start = expert_start + (tile - first_tile) * BLOCK_M
     end = expert_start + expert_rows
-    # <<< assignment
     return expert, start, end
 
 
