@@ -24,6 +24,7 @@ layout, and its worst-case length is not the course's grid bound.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -387,29 +388,43 @@ def key() -> answers.Key:
     return answers.load_key("08_moe", "helpers.grading.assignments.keys_moe")
 
 
+def _plain(v):
+    """A number as a float (NumPy's and 0-d tensors too), anything else as its short repr:
+    what crosses to the judge is data, never the learner's objects."""
+    if isinstance(v, (bool, int, float)):
+        return v
+    if isinstance(v, numbers.Number) or (isinstance(v, torch.Tensor) and v.numel() == 1):
+        try:
+            return float(v)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    return repr(v)[:60]
+
+
 def collect_padding(ns, seed) -> dict:
-    fn, out = answer(ns, "expected_padding"), {}
+    fn, out, errors = answer(ns, "expected_padding"), {}, {}
     for part, sizes in PADDING_SIZES.items():
         for i, size in enumerate(sizes):
             try:
-                out[f"{part}/{i}"] = fn(*size)
+                out[f"{part}/{i}"] = _plain(fn(*size))
             except Exception as err:  # noqa: BLE001 - the learner's error, reported
                 if is_not_implemented(err):
                     return {"not_implemented": True}
-                out[f"{part}/{i}"] = f"raised {type(err).__name__}: {str(err)[:200]}"
-    return {"values": out}
+                errors[f"{part}/{i}"] = f"raised {type(err).__name__}: {str(err)[:200]}"
+    return {"values": out, "errors": errors}
 
 
 def judge_padding(group: str):
     def judge(part, raw) -> Feedback:
         if raw.get("not_implemented"):
             return not_implemented(part)
-        values = raw.get("values") or {}
+        values, errors = raw.get("values") or {}, raw.get("errors") or {}
         for i, (T, E, top_k, bm) in enumerate(PADDING_SIZES[group]):
             got = values.get(f"{group}/{i}")
             where = f"{T} tokens, {E} experts, top-{top_k}, blocks of {bm}"
-            if isinstance(got, str):
-                return Feedback(part, False, f"expected_padding({T}, {E}, {top_k}, {bm}) {got}")
+            if f"{group}/{i}" in errors:
+                return Feedback(part, False, f"expected_padding({T}, {E}, {top_k}, {bm}) "
+                                f"{errors[f'{group}/{i}']}")
             fb = graded_number(part, got, key()[f"{group}/{i}"], unit="empty slots",
                                hint="the expectation over every routing the random router "
                                     "can draw, exactly (a simulation is not exact); one "
