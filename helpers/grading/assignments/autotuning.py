@@ -145,7 +145,7 @@ def _space(part: str, raw) -> Feedback:
         times = sweep()["ms"][shape]
         ratio = min(times[s] for s in settings) / _best(shape)[1]
         if ratio > COVER:
-            return Feedback(part, False, f"at {_where(shape)} the best of your space runs "
+            return Feedback(part, False, f"at {_where(shape)}: the best of your space runs "
                             f"more than {COVER - 1:.0%} slower than the sweep's best: "
                             f"{_nearest_knob(shape, settings)}")
     return Feedback(part, True, f"within {COVER - 1:.0%} of the sweep's best on all "
@@ -210,6 +210,20 @@ def _kept(rec, given, where) -> list | str:
     return kept
 
 
+def _missed(win, kept) -> str:
+    """Which way the fastest setting lies from what a prune kept (never the setting)."""
+    blocks = sorted({k[0] for k in kept})
+    if win[0] > blocks[-1]:
+        return "the fastest settings there have larger blocks than any it keeps"
+    if win[0] < blocks[0]:
+        return "the fastest settings there have smaller blocks than any it keeps"
+    warps = sorted({k[1] for k in kept if k[0] == win[0]})
+    if not warps:
+        return "it keeps blocks on both sides of the fastest ones, not theirs"
+    side = "more" if win[1] > warps[-1] else "fewer" if win[1] < warps[0] else "other"
+    return f"it keeps their BLOCK_SIZE, but the fastest run it with {side} warps (or stages)"
+
+
 def _prune_judge(part, raw) -> Feedback:
     grid, recs = sweep()["grid"], raw.get("recorded") or []
     if len(recs) != len(shapes()):
@@ -223,11 +237,11 @@ def _prune_judge(part, raw) -> Feedback:
         if part.startswith("2a"):
             times, (win, best) = sweep()["ms"][shape], _best(shape)
             if min(times[s] for s in kept) > COVER * best:
-                return Feedback(part, False, f"at {_where(shape)} your prune drops every "
-                                f"setting within {COVER - 1:.0%} of the sweep's best (the "
-                                f"fastest: {describe(win)})")
+                return Feedback(part, False, f"at {_where(shape)}: your prune drops every "
+                                f"setting within {COVER - 1:.0%} of the sweep's best: "
+                                f"{_missed(win, kept)}")
         elif len(kept) > PRUNE_MAX:
-            return Feedback(part, False, f"at {_where(shape)} your prune keeps {len(kept)} of "
+            return Feedback(part, False, f"at {_where(shape)}: your prune keeps {len(kept)} of "
                             f"the {len(grid)} settings: at most {PRUNE_MAX}; the tuner times "
                             "every one it keeps, at every new key")
     return Feedback(part, True, f"a setting within {COVER - 1:.0%} of the best kept on all "
