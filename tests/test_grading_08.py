@@ -204,7 +204,7 @@ def test_the_kernel_hints_read_the_pattern_of_wrong_rows():
     # Judged on made-up outputs: no kernel runs.
     case = mb.TASK.case("test", (9, 4, 2, "every"), 8, 8, torch.float32, "kernel").seeded(1)
     a, w, ids = mb.TASK.inputs(case, "cpu")
-    top_k, expert = 2, ids.reshape(-1)
+    expert = ids.reshape(-1)
     right = mb.TASK.reference(case, (a, w, ids))[0]
     copy = torch.arange(18)
     rowwise = torch.stack([a[min(c, 8)] @ w[expert[c]] for c in copy.tolist()])

@@ -2,7 +2,8 @@
 
 Instructor's side only: ``./course release`` leaves this module out and ships the values
 sealed (:mod:`helpers.grading.answers`), so the student release holds no answer. Every
-value comes from the course's own napkin math (:mod:`helpers.intensity`) and GPU
+value comes from the course's own napkin math (:mod:`helpers.intensity`; part 5's fused
+step, which the course does not have, from its bytes and FLOPs per element here) and GPU
 table (:mod:`helpers.hardware`), never typed in. The GPU is the table's H100 SXM;
 elementwise arithmetic runs on the CUDA cores, so its compute roof is the fp32 peak.
 """
