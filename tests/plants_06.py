@@ -32,9 +32,6 @@ PLANTS = {
               ("p = tl.math.exp2(s - shift[:, None])", "p = tl.math.exp2(s)"),
               (LSE, "lse = tl.math.log2(l_i) * 0.6931471805599453")]),
         {"2a": "subtract the running maximum", "2b": "subtract the running maximum"}),
-    "causal_mask_j_less_than_i": (
-        edit([("cols[None, :] <= rows[:, None]", "cols[None, :] < rows[:, None]")]),
-        {"2b": "j <= i"}),
     # The unmasked loop runs one tile too far: into the tile where the diagonal starts.
     "diagonal_tile_without_mask": (
         edit([("unmasked_end = tl.minimum(start_m, full_end)",
@@ -62,20 +59,24 @@ PLANTS = {
          {"2a": "not soft-capped", "2b": "not soft-capped"}),
         (edit([("lo = tl.maximum(start_m - window + 1, 0) // BLOCK_N * BLOCK_N", "lo = 0")]),
          {"2d": "left of the window"})),
-    "fp16_accumulator": (
-        edit([("acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)",
-               "acc = tl.zeros((BLOCK_M, HEAD_DIM), q.dtype)"),
-              (RESCALED_ACC, "acc = tl.dot(p.to(v.dtype), v, (acc * rescale[:, None])"
-                             ".to(v.dtype), out_dtype=v.dtype)")]),
-        {"2f": "65504"}),
-    "every_causal_tile_visited": (
-        edit([("stop = tl.minimum(start_m + BLOCK_M, seq_len)", "stop = seq_len")]),
-        {"2d": "wholly above the diagonal"}),
+    # An fp16 accumulator (right but where acc passes 65504), and every causal tile visited
+    # (right, but it loads tiles above the diagonal).
+    "fp16_accumulator_and_every_causal_tile_visited": together(
+        (edit([("acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)",
+                "acc = tl.zeros((BLOCK_M, HEAD_DIM), q.dtype)"),
+               (RESCALED_ACC, "acc = tl.dot(p.to(v.dtype), v, (acc * rescale[:, None])"
+                              ".to(v.dtype), out_dtype=v.dtype)")]),
+         {"2f": "65504"}),
+        (edit([("stop = tl.minimum(start_m + BLOCK_M, seq_len)", "stop = seq_len")]),
+         {"2d": "wholly above the diagonal"})),
     # Right on every length that is a multiple of the tile; wrong only where the last tile
-    # is partial: the mask tests the rows, so the padding keys count with score 0.
-    "padded_keys_unmasked": (
-        edit([("visible = cols[None, :] < seq_len", "visible = rows[:, None] < seq_len")]),
-        {"2a": "padded keys"}),
+    # is partial: the mask tests the rows, so the padding keys count with score 0 (2a). And
+    # the causal mask without its diagonal (2b).
+    "padded_keys_unmasked_and_causal_mask_j_less_than_i": together(
+        (edit([("visible = cols[None, :] < seq_len", "visible = rows[:, None] < seq_len")]),
+         {"2a": "padded keys"}),
+        (edit([("cols[None, :] <= rows[:, None]", "cols[None, :] < rows[:, None]")]),
+         {"2b": "j <= i"})),
     # Merge: right on every row that sees a key; NaN only on the fully masked rows. Kernel:
     # the running maximum starts at 0, which every ordinary row survives (its shift cancels
     # in O and in lse); only rows whose scores all sit far below zero underflow to 0 / 0.
@@ -85,6 +86,29 @@ PLANTS = {
         (edit([('m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
                 "m_i = tl.zeros((BLOCK_M,), tl.float32)")]),
          {"2a": "far below zero", "2b": "far below zero"})),
+    # Part 4, the backward. The gradient of the scores never goes back through the cap
+    # (right without one); and the dQ kernel loads lse unmasked: the padding rows of a head
+    # read the next head's (harmless: their dO is 0), the last head's read past the end.
+    "backward_without_the_cap_derivative_and_dk_store_unmasked": together(
+        (edit([("ds = ds * (1 - t * t)", "ds = ds * 1.0")]),
+         {"4a": "back through that function", "4b": "back through that function"}),
+        (edit([("lse = tl.load(lse_ptr + head + rows, mask=rows < seq_len, other=0.0)\n"
+                "    delta = tl.load(delta_ptr + head + rows, mask=rows < seq_len, other=0.0)\n"
+                "    dq = ",
+                "lse = tl.load(lse_ptr + head + rows)\n"
+                "    delta = tl.load(delta_ptr + head + rows, mask=rows < seq_len, other=0.0)\n"
+                "    dq = ")]),
+         {"4c": "Out-of-bounds"})),
+    # The backward launched as if there were no window (right on every call without one),
+    # and the dQ kernel stopping at the diagonal without a mask too (dK and dV right).
+    "backward_without_the_window_and_dq_stopping_at_the_diagonal": together(
+        (edit([("flags = dict(CAUSAL=causal, WINDOWED=window is not None,",
+                "flags = dict(CAUSAL=causal, WINDOWED=False,")]),
+         {"4b": "left of a query's window"}),
+        (edit([("    hi = seq_len\n    if CAUSAL:\n        hi = tl.minimum(start_m + BLOCK_M, seq_len)",
+                "    hi = tl.minimum(start_m + BLOCK_M, seq_len)\n    if CAUSAL:\n"
+                "        hi = tl.minimum(start_m + BLOCK_M, seq_len)")]),
+         {"4a": "dQ is not"})),
     "torch_instead_of_triton": (
         edit([(LAUNCH, "    return attention.attention_reference(q, k, v, causal)\n" + LAUNCH)]),
         {"2a": "launched no Triton kernel", "2b": "launched no Triton kernel",

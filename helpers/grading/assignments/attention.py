@@ -8,7 +8,7 @@ Gemma 2's local layers: query i sees keys i - W + 1 .. i) nor a score soft-cap (
 notebook's: no expected value is typed in. Part 1 lives in :mod:`.attention_merge`; its reference merge answers it, so it is the
 instructor's (:mod:`.keys_attention`), sealed in a student release.
 
-Parts (25 points; 19 in CPU mode, 6 on a GPU):
+Parts (33 points; 27 in CPU mode, 6 on a GPU):
 
 =====  ==========================================================  ======
 1      ``merge_states``: large scores, masked keys, fully masked rows    3
@@ -23,6 +23,7 @@ Parts (25 points; 19 in CPU mode, 6 on a GPU):
 3a     a window of 512 at 4096 tokens: faster than the course's full    3
        causal kernel by the goal of :mod:`.attention_speed` (GPU)
 3b     within 20 % of the course's kernel, causal and not (GPU)          3
+4a-4c  the backward pass of the variant (:mod:`.attention_backward`)     8
 =====  ==========================================================  ======
 """
 
@@ -39,6 +40,7 @@ from ...kernels import attention as ak
 from .. import harness
 from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, check_function
+from . import attention_backward as backward
 from .attention_merge import collect_merge, judge_merge
 from .attention_speed import collect_timings, course_speed, window_speed
 
@@ -83,15 +85,7 @@ class FlashForward(harness.KernelTask):
     inputs_named = ("q", "k", "v")
     mask_hint = "Mask rows and keys past seq_len on every load and store of Q, K, V, O and lse"
 
-    @staticmethod
-    def case(n, d, dtype, causal, kind="", heads=2, compiled=False, window=None, softcap=None):
-        name = harness.dtype_name(dtype)
-        label = (f"{'causal' if causal else 'no mask'}, {heads} x {n} x {d} {name}"
-                 + (f", window {window}" if window else "")
-                 + (f", softcap {softcap:g}" if softcap else "") + (f", {kind}" if kind else ""))
-        return harness.Case(label, {"n": n, "d": d, "dtype": name, "causal": causal,
-                                    "kind": kind, "heads": heads, "window": window,
-                                    "softcap": softcap}, 0, compiled)
+    case = staticmethod(backward.variant_case)
 
     def first(self):
         return self.case(7, 16, FP32, False)
@@ -448,6 +442,11 @@ ASSIGNMENT = Assignment(
         _kernel_part("2f", "fp32 running sums", 2, _o_part(None, (ACCUMULATION,))),
         _timed_part("3a", "a sliding window pays for its tiles only", window_speed),
         _timed_part("3b", "within 20% of the course's kernel", course_speed),
+        *(Part(key, title, points, judge(f"{key} {title}"), ("attention_backward",),
+               group="backward", collect=backward.collect) for key, title, points, judge in (
+            ("4a", "gradients without a mask, soft-capped or not", 3, backward.gradients),
+            ("4b", "gradients causal, with and without a window", 3, backward.gradients),
+            ("4c", "the backward kernels stay in bounds", 2, backward.in_bounds))),
     ),
 )
 
@@ -459,3 +458,6 @@ check_kernel = check_function(ASSIGNMENT, ("2a", "2b", "2c", "2d", "2e", "2f"),
 
 check_speed = check_function(ASSIGNMENT, ("3a", "3b"),
     "Part 3: a window timed against the course's causal kernel; both masks against it (GPU).")
+
+check_backward = check_function(ASSIGNMENT, ("4a", "4b", "4c"),
+    "Part 4: ``attention_backward`` against float64 autograd, causal and not, watched.")

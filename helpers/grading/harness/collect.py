@@ -39,7 +39,7 @@ def run_trial(task: KernelTask, fn, namespace, case: Case, log, device) -> dict:
     try:
         # Extreme inputs overflow on purpose: the interpreter's NumPy need not warn of it.
         with np.errstate(over="ignore", invalid="ignore"):
-            result = fn(*inputs)
+            result = fn(*inputs, **task.keywords(case))
         if any(t.is_cuda for t in inputs):
             torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001 - the learner's error, reported

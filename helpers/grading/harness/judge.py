@@ -179,9 +179,10 @@ class Verdict:
         if wrong:
             return wrong
         read = rec.get("inputs_read")
-        if not empty and isinstance(read, list) and not all(read):
+        unread = [n for n, r in zip(task.inputs_named, read) if not r
+                  and n not in task.optional_reads] if isinstance(read, list) else []
+        if not empty and unread:
             trial.extra["not_its_work"] = True
-            unread = [n for n, r in zip(task.inputs_named, read) if not r]
             return (f"your kernel never read {', '.join(unread)}: it must compute the output "
                     "from the inputs, not copy a result computed some other way")
         for name, w in zip(task.outputs, written):

@@ -57,6 +57,9 @@ class KernelTask:
     inputs_named: tuple[str, ...] = ()   # the inputs' names, for messages: ("A", "B")
     mask_hint = ""                # what to do about an out-of-bounds access
     loops = False                 # the kernel loops (over K, over key blocks): see unwatchable
+    # Inputs the kernels need not read themselves: a launcher may reduce them with torch
+    # first (06's backward: D = rowsum(dO * O)).
+    optional_reads: tuple[str, ...] = ()
 
     @property
     def tensors(self) -> str:
@@ -69,6 +72,11 @@ class KernelTask:
         """What each trial calls with its inputs: the notebook's :attr:`function`, or a
         task's chain of the learner's functions (08: its layout, then its kernel)."""
         return namespace.get(self.function)
+
+    def keywords(self, case: Case) -> dict:
+        """Keyword arguments of the call on ``case``, beside its tensors (06's backward:
+        ``causal``, ``window``, ``softcap``)."""
+        return {}
 
     def first(self) -> Case:
         """A small trial run first: it tells the learner's block sizes."""
