@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -56,18 +57,23 @@ PLANTS = {
                ("bytes_at_pred = step_bytes / N * PRED_N",
                 "bytes_at_pred = 8 * step_bytes / N * PRED_N")]),
         {"1b": "forget the write of C", "1c": "forget the write of C",      # forgot the write
-         "1e": "forget the write of C",
          "2b": "in place still writes A back", "2d": "tensor-core ridge",
          "5b": "forget the write", "5e": "bits, not bytes"}),
     "napkin_slips_b": (
-        _edit([("add_flops / peak) * 1e3", "add_flops / peak)"),
-               ('add_bound = "memory" if add_intensity < ridge else "compute"',
-                'add_bound = "compute"'),
+        _edit([("floor_bytes / (3 * itemsize)))", "floor_bytes))"),
                ("bandwidth_bytes_per_s * 1e6 + floor_us", "bandwidth_bytes_per_s * 1e6")],
               append=["add_bytes = 8 * 3 * N * BYTES_PER_FP16",
                       'add_intensity = float("nan")', "del add_flops"]),
-        {"1e": "seconds", "1d": "left of the ridge point", "5e": "launch floor",
+        {"1d": "elements, not bytes", "5e": "launch floor",
          "1b": "bits, not bytes", "1c": "nan", "1a": "deleted"}),
+    # The right count, checked against the course's own model of lesson 02 on the way: a
+    # graded answer the course's code helped decide.
+    "smallest_add_through_the_courses_model": (
+        _edit([("    return max(1, math.ceil(fraction / (1 - fraction) * floor_bytes / (3 * itemsize)))",
+                "    n = max(1, math.ceil(fraction / (1 - fraction) * floor_bytes / (3 * itemsize)))\n"
+                "    roofline.predicted_time_ms(n, 3 * n * itemsize, h100, \"fp32\")\n"
+                "    return n")]),
+        {"1d": "uses the course's own helpers.roofline.predicted_time_ms"}),
     "syntax_error": (
         _edit([("mask = offsets < n_elements ", "mask = offsets < n_elements) ")]),
         {"3a": "SyntaxError", "3b": "SyntaxError"}),
@@ -190,6 +196,8 @@ PLANTS["napkin_slips_a_and_no_mask"] = together(
     PLANTS.pop("fused_step_with_the_old_momentum"))
 PLANTS["napkin_slips_b_and_typo_in_kernel"] = together(
     PLANTS.pop("napkin_slips_b"), PLANTS.pop("typo_in_kernel"))
+PLANTS["course_model_and_exception_in_launcher"] = together(
+    PLANTS.pop("smallest_add_through_the_courses_model"), PLANTS.pop("exception_in_launcher"))
 
 # The expected scores are CPU mode's (part 4 "needs a GPU"); on a GPU machine the
 # solution is graded in GPU mode by test_the_solution_scores_full_marks_on_a_gpu.
@@ -391,12 +399,19 @@ def test_the_bounds_guard_names_the_bad_access_and_cleans_up_after_itself():
 def test_checks_run_on_a_namespace_without_a_notebook():
     from helpers.grading.assignments import vector_add as checks
 
-    right = {"add_flops": 1e9, "add_bytes": 6e9, "add_intensity": 1 / 6, "add_bound": "memory",
-             "add_min_time_ms": 6e9 / 3350e9 * 1e3}
+    def smallest(f, s, bw, floor):
+        return max(1, math.ceil(f / (1 - f) * bw * 1e3 * floor / (3 * s)))
+
+    right = {"add_flops": 1e9, "add_bytes": 6e9, "add_intensity": 1 / 6,
+             "smallest_add": smallest}
     assert all(checks.check_napkin_math(right))
-    wrong = dict(right, add_bytes=4.8e10, add_bound="Compute-bound")
+    wrong = dict(right, add_bytes=4.8e10, smallest_add=lambda *a: smallest(*a) * 3 * a[1])
     fb = {f.part[:2]: f for f in checks.check_napkin_math(wrong)}
-    assert "bits, not bytes" in fb["1b"].message and not fb["1d"].passed
+    assert "bits, not bytes" in fb["1b"].message and "not bytes" in fb["1d"].message
+    off = checks.check_napkin_math(dict(right, smallest_add=lambda *a: smallest(*a) + 1))
+    assert "one element fewer" in off[-1].message
+    short = checks.check_napkin_math(dict(right, smallest_add=lambda *a: smallest(*a) // 2))
+    assert "more elements are needed" in short[-1].message
     blank = checks.check_variants({})
     assert [f.status for f in blank] == ["not implemented"] * 5
     odd = checks.check_variants({"could_cross": "fma chain"})

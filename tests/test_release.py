@@ -268,6 +268,11 @@ def test_the_release_checks_judge_right_and_wrong_answers(real_release):
         right = {{names[k]: v[0] for k, v in values.items() if k in names}}
         wrong = {{names[k]: other[v[0]] if isinstance(v[0], str) else v[0] * 8
                   for k, v in values.items() if k in names}}
+        # 1d is a function judged on the grader's draws, with no key value: by hand.
+        import math
+        def smallest(f, s, bw, floor):
+            return max(1, math.ceil(f / (1 - f) * bw * 1e3 * floor / (3 * s)))
+        right["smallest_add"], wrong["smallest_add"] = smallest, lambda *a: 8 * smallest(*a)
         print(json.dumps([[fb.passed, fb.message] for fb in mod.check_napkin_math(right)]
                          + [[fb.passed, fb.message] for fb in mod.check_napkin_math(wrong)]))
     """)

@@ -26,11 +26,6 @@ RIDGE = GPU.ridge_point(COMPUTE_ROOF)
 VARIANTS = ("fp16", "fp32", "in-place", "three inputs", "fma chain")
 
 
-def _ms(nbytes: float) -> float:
-    """Time to move ``nbytes`` at the table's bandwidth, in milliseconds."""
-    return nbytes / (GPU.hbm_bandwidth_gbs * 1e9) * 1e3
-
-
 def _smallest_k(ridge: float, flops_per_fma: int = 2, write: bool = True) -> int:
     bytes_per_element = intensity.vector_add(1, FP32).nbytes - (0 if write else element_size(FP32))
     return math.ceil((ridge * bytes_per_element - 1) / flops_per_fma)
@@ -39,8 +34,6 @@ def _smallest_k(ridge: float, flops_per_fma: int = 2, write: bool = True) -> int
 FLOPS = intensity.vector_add(N, FP16).flops
 BYTES = intensity.vector_add(N, FP16).nbytes
 INTENSITY = FLOPS / BYTES
-BOUND = roofline.bound(INTENSITY, GPU, COMPUTE_ROOF)
-MIN_TIME_MS = roofline.predicted_time_ms(FLOPS, BYTES, GPU, COMPUTE_ROOF)
 FP32_INTENSITY = intensity.vector_add(N, FP32).intensity
 # A += B: still read A, read B, write A
 INPLACE_INTENSITY = intensity.vector_add(N, FP16).intensity
@@ -116,20 +109,6 @@ def answer_key() -> dict:
                                             "per byte"),
                             (INTENSITY / 8, "you count bits, not bytes"),
                             (FP32_INTENSITY, "you use 4 bytes per element (fp32)")])
-    compute_ms = FLOPS / (GPU.peak(COMPUTE_ROOF) * 1e12) * 1e3
-    values["1e"] = (MIN_TIME_MS, TOLERANCE, [
-                            (_ms(2 * N * 2), "you forget the write of C"),
-                            (MIN_TIME_MS / 1e3, "you give seconds; the answer is in "
-                                                "milliseconds"),
-                            (MIN_TIME_MS * 1e3, "you give microseconds; the answer is in "
-                                                "milliseconds"),
-                            (compute_ms, "you take the compute time; a memory-bound kernel "
-                                         "waits for memory, so the memory time is the bound"),
-                            (BYTES / 3e12 * 1e3, "you use 3 TB/s; the table says "
-                                                 f"{GPU.hbm_bandwidth_gbs:,.0f} GB/s"),
-                            (BYTES / (GPU.hbm_bandwidth_gbs * 2**30) * 1e3,
-                             "you take GB/s as GiB/s (2^30 bytes); GB/s is 10^9 bytes/s"),
-                            (8 * MIN_TIME_MS, "you count bits, not bytes")])
     values["2a"] = (FP32_INTENSITY, TOLERANCE, [
                             (INTENSITY, "that is fp16: an fp32 value is 4 bytes"),
                             (FLOPS / (2 * N * 4), "you forget the write of C")])
@@ -171,7 +150,6 @@ def answer_key() -> dict:
                                                       "is FLOPs per byte"),
                             (STEP_INTENSITY / 8, "you count bits, not bytes")])
     values["5e"] = prediction_entry(launch_floor_us())
-    values["1d"] = (BOUND, 0, [])
     for v in VARIANTS:
         values[f"2e.{v}"] = ("can" if v in COULD_CROSS else "cannot", 0, [])
     return values

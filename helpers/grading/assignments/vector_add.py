@@ -9,8 +9,9 @@ the tensor-core peaks are for matrix products (``tl.dot``) only.
 Parts (32 points; 26 graded in CPU mode, 6 on a GPU):
 
 =====  ==========================================================  ======
-1a-1e  napkin math for 10^9 fp16 elements: FLOPs, bytes, intensity,  7
-       bound, minimum time
+1a-1c  napkin math for 10^9 fp16 elements: FLOPs, bytes, intensity   4
+1d     the smallest add that reaches a share of a GPU's bandwidth by    3
+       lesson 02's model, on GPUs the grader draws (:mod:`.vector_add_sizes`)
 2a-2e  variants: fp32, in place, three inputs, an FMA chain, which   5
        could cross the ridge point
 3a-3b  ``vector_add`` launches the notebook's kernel, exact on        5
@@ -38,10 +39,11 @@ import torch
 
 from ... import hardware, records
 from ...experiments.vector_add import time_pair
-from ...feedback import Feedback, graded_choice, graded_number, needs_gpu, target
+from ...feedback import Feedback, graded_number, needs_gpu, target
 from .. import answers, harness
 from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, check_function, finite
+from . import vector_add_sizes as sizes
 from . import vector_add_step as step
 
 GPU = hardware.GPUS["H100-SXM"]
@@ -64,16 +66,6 @@ _number = partial(harness.number_part, KEY)
 # ------------------------------------------------------------------------------------
 # Part 1: napkin math for C = A + B, 10^9 fp16 elements, on the table's H100 SXM.
 # ------------------------------------------------------------------------------------
-
-
-def _bound(ns):
-    got = answer(ns, "add_bound")
-    return graded_choice("1d bound", got, KEY["1d"], ("memory", "compute"),
-                        why=f"A kernel left of the ridge point waits for memory; the ridge is "
-                            f"{RIDGE:.0f} FLOP/byte ({COMPUTE_ROOF} peak "
-                            f"{GPU.peak(COMPUTE_ROOF):g} TFLOP/s over "
-                            f"{GPU.hbm_bandwidth_gbs:,.0f} GB/s): compare the intensity of 1c "
-                            "with it.")
 
 
 # ------------------------------------------------------------------------------------
@@ -362,10 +354,9 @@ ASSIGNMENT = Assignment(
                 "read A, read B, write C, each N elements of 2 bytes."),
         _number("1c", "intensity", 1, "add_intensity", "FLOP/byte",
                 "FLOPs divided by bytes moved."),
-        Part("1d", "bound", 1, _bound, ("add_bound",)),
-        _number("1e", "minimum time", 2, "add_min_time_ms", "ms",
-                f"bytes / bandwidth ({GPU.hbm_bandwidth_gbs:,.0f} GB/s = "
-                f"{GPU.hbm_bandwidth_gbs:g} x 10^9 bytes/s), in ms."),
+        Part("1d", "the smallest add that fills the bus", 3,
+             sizes.judge("1d the smallest add that fills the bus"), (sizes.NAME,),
+             collect=sizes.collect),
         _number("2a", "fp32 intensity", 1, "fp32_intensity", "FLOP/byte"),
         _number("2b", "in-place intensity", 1, "inplace_intensity", "FLOP/byte"),
         _number("2c", "three-input intensity", 1, "three_input_intensity", "FLOP/byte"),
@@ -394,9 +385,9 @@ ASSIGNMENT = Assignment(
     ),
 )
 
-check_napkin_math = check_function(ASSIGNMENT, ("1a", "1b", "1c", "1d", "1e"),
-    "Part 1: ``add_flops``, ``add_bytes``, ``add_intensity``, ``add_bound``, "
-    "``add_min_time_ms``.")
+check_napkin_math = check_function(ASSIGNMENT, ("1a", "1b", "1c", "1d"),
+    "Part 1: ``add_flops``, ``add_bytes``, ``add_intensity``, ``smallest_add`` on GPUs of "
+    "the grader's drawing.")
 
 check_variants = check_function(ASSIGNMENT, ("2a", "2b", "2c", "2d", "2e"),
     "Part 2: ``fp32_intensity``, ``inplace_intensity``, ``three_input_intensity``, "
