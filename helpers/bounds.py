@@ -83,6 +83,7 @@ class Launch:
     violations: list = field(default_factory=list)
     ranges: list = field(default_factory=list, repr=False)  # set by the guard
     tensors: dict = field(default_factory=dict, repr=False)  # argument name -> tensor
+    scalars: dict = field(default_factory=dict, repr=False)  # the other arguments' values
     # Set by the guard, for interpreted launches: argument name -> bool array over the
     # elements of that tensor's storage that a store wrote, and a copy of the storage as
     # the kernel left it.
@@ -186,9 +187,11 @@ def _record(kernel, args, kwargs) -> Launch:
     ptrs = tuple(a.data_ptr() for a in list(args) + list(kwargs.values()) if hasattr(a, "data_ptr"))
     named = list(zip([p.name for p in params], args)) + list(kwargs.items())
     tensors = {name: value for name, value in named if hasattr(value, "untyped_storage")}
+    scalars = {name: value for name, value in named if not is_constexpr.get(name)
+               and isinstance(value, (int, float)) and name in is_constexpr}
     launch = Launch(fn=fn, name=getattr(fn, "__name__", repr(kernel)),
                     module=getattr(fn, "__module__", "") or "", constexprs=constexprs,
-                    tensor_ptrs=ptrs, tensors=tensors)
+                    tensor_ptrs=ptrs, tensors=tensors, scalars=scalars)
     for log in _active:
         log.launches.append(launch)
     return launch

@@ -1,24 +1,29 @@
-"""Assignment 04, a tiled matmul designed for the H100: its graded parts and ``check_*`` calls.
+"""Assignment 04, a tiled linear layer designed for the H100: its graded parts and
+``check_*`` calls.
 
-Every expected value comes from the course's napkin math (:mod:`keys_tiling` and
-:mod:`helpers.intensity`), the reference product (:mod:`helpers.kernels.matmul`) and the
+The kernel is ``linear(x, weight, bias)``, ``x @ weight.T + bias`` with ``weight`` stored as
+``nn.Linear`` keeps it, (out, in): a tiled product the course does not ship (lesson 04's
+kernels take B as K x N and add nothing). Every expected value comes from the course's
+napkin math (:mod:`keys_tiling` and :mod:`helpers.intensity`), a float reference and the
 learner's kernel compiled for the H100 (:mod:`helpers.compiled`); none is typed in.
 
-Parts (22 points; 18 graded in CPU mode, the last 4 on a GPU):
+Parts (27 points; 23 graded in CPU mode, 4 on a GPU):
 
 =====  ==========================================================  ======
 1a-1b  napkin math for one tile: intensity, SRAM with 5 stages        2
-2a     ``matmul`` launches the notebook's kernel and matches the      4
+2a     ``linear`` launches the notebook's kernel and matches the      4
        reference on awkward shapes and edge inputs (fp16 and fp32)
 2b     ... on transposed and sliced inputs (strides)                  2
-2c     its kernel never reads or writes outside A, B and C            2
+2c     its kernel never reads or writes outside x, W, bias and Y      2
 2d     it accumulates in fp32 (errors in units of the last place)     2
 3a-3b  the learner's H100 tile (``H100_CONFIG``): its intensity and   2
        SRAM per program, the SRAM also against the compiled kernel
-3c     the kernel ``matmul`` launches, compiled for sm_90 with that    2
+3c     the kernel ``linear`` launches, compiled for sm_90 with that    2
        choice, fits one program's shared memory (227 KiB)
 3d     ... its registers do not spill and a program fits an SM        2
-4      >= 85 % of torch.matmul (cuBLAS) at a large fp16 shape (GPU)   4
+4      >= 85 % of F.linear (cuBLAS) at a large fp16 shape (GPU)       4
+5a-5b  waves and the setting to launch, from the recorded sweep, on   5
+       shapes the grader draws (:mod:`.tiling_waves`)
 =====  ==========================================================  ======
 
 The kernel is tested with the learner's own block sizes (read from the launch): the shapes
@@ -35,6 +40,7 @@ import torch
 
 from ...feedback import Feedback, graded_number, not_implemented
 from ...kernels import matmul as mm
+from . import tiling_waves as waves
 from .. import answers, harness
 from ..registry import Assignment, Part, answer, check_function
 from .tiling_design import (collect_fit, collect_speed, design_intensity, design_sram, fits,
@@ -89,20 +95,27 @@ def shapes_for(blocks) -> list[tuple[int, int, int]]:
 
 
 CONTIGUOUS = "contiguous"
-STRIDED = ("A transposed, B every other column", "B transposed")
-ZERO_ROWS = "A with zero rows"
+STRIDED = ("x transposed, W every other row", "W transposed",
+           "x and W cut from wider matrices")
+ZERO_ROWS = "x with zero rows"
 ACCUMULATION = "all-positive inputs,"
 DTYPE_OF = {harness.dtype_name(d): d for d in (FP16, BF16, FP32)}
 
 
-class Matmul(harness.KernelTask):
-    function = "matmul"
-    call = "matmul(a, b)"
-    outputs = ("C",)
-    tensors = "A, B and C"
-    inputs_named = ("A", "B")
+def exact(x, weight, bias):
+    """``x @ weight.T + bias`` in float64."""
+    return x.double() @ weight.double().T + bias.double()
+
+
+class Linear(harness.KernelTask):
+    function = "linear"
+    call = "linear(x, weight, bias)"
+    outputs = ("Y",)
+    tensors = "x, W, bias and Y"
+    inputs_named = ("x", "W", "bias")
     mask_hint = ("Mask every load and the store on all the edges they can cross: rows "
-                 "(offs_m < M), columns (offs_n < N) and the K tail (offs_k < K - k)")
+                 "(offs_m < M), columns (offs_n < N, the bias too) and the K tail "
+                 "(offs_k < K - k)")
 
     @staticmethod
     def case(kind, shape, dtype, compiled=False):
@@ -141,26 +154,31 @@ class Matmul(harness.KernelTask):
         dtype, kind = DTYPE_OF[case.params["dtype"]], case.params["kind"]
         g = harness.generator(case.seed)
         if kind == ACCUMULATION:
-            a, b = torch.rand(M, K, generator=g), torch.rand(K, N, generator=g)
+            x, w = torch.rand(M, K, generator=g), torch.rand(N, K, generator=g)
         elif kind == STRIDED[0]:
-            a = torch.randn(K, M, generator=g).t()
-            b = torch.randn(K, 2 * N, generator=g)[:, ::2]
+            x = torch.randn(K, M, generator=g).t()
+            w = torch.randn(2 * N, K, generator=g)[::2]
         elif kind == STRIDED[1]:
-            a, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g).t()
+            x, w = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g).t()
+        elif kind == STRIDED[2]:     # past K, a row holds more numbers: an unmasked tail adds them
+            x = torch.randn(M, K + 7, generator=g)[:, :K]
+            w = torch.randn(N, K + 5, generator=g)[:, :K]
         else:
-            a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
-            if kind == ZERO_ROWS:
-                a[::2] = 0.0
-        return a.to(dtype).to(device), b.to(dtype).to(device)
+            x, w = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
+            if kind == ZERO_ROWS:        # those rows of Y are the bias alone
+                x[::2] = 0.0
+        bias = torch.rand(N, generator=g) if kind == ACCUMULATION else \
+            torch.randn(N, generator=g)
+        return tuple(t.to(dtype).to(device) for t in (x, w, bias))
 
     def reference(self, case, inputs):
-        return (mm.matmul_reference(*inputs),)
+        x, w, bias = inputs
+        return ((x.float() @ w.float().T + bias.float()).to(x.dtype),)
 
     def compare(self, case, got, want, inputs, blocks):
         if case.params["kind"] == ACCUMULATION:
             return None          # part 2d judges it in units of the last place
         (c,), (w,) = got, want
-        a, b = inputs
         M, N, K = case.params["shape"]
         atol, rtol = TOLERANCES[w.dtype]
         scale = max(1.0, math.sqrt(K / 100))
@@ -168,9 +186,9 @@ class Matmul(harness.KernelTask):
         if bad is None:
             return None
         count, (i, j) = bad
-        return (f"{count} of {M * N} elements of C are off; first C[{i}, {j}]: expected "
+        return (f"{count} of {M * N} elements of Y are off; first Y[{i}, {j}]: expected "
                 f"{w[i, j].item():.4g}, got {c[i, j].item():.4g}. "
-                + _hint(c, w, a, b, _blocks(blocks)))
+                + _hint(c, w, *inputs, _blocks(blocks)))
 
     def summary(self, cases):
         shapes = sorted({tuple(c.params["shape"]) for c in cases})
@@ -181,20 +199,28 @@ class Matmul(harness.KernelTask):
     loops = True      # over K: harness.loops_unwatchable says where it cannot be watched
 
 
-TASK = Matmul()
+TASK = Linear()
 
 
-def _hint(got, want, a, b, blocks) -> str:
-    """What a wrong C's pattern of errors says about the kernel."""
-    M, K = a.shape
-    N = b.shape[1]
+def _hint(got, want, x, weight, bias, blocks) -> str:
+    """What a wrong Y's pattern of errors says about the kernel."""
+    M, K = x.shape
+    N = weight.shape[0]
     bm, bn, bk = blocks or (DEFAULT_BLOCK,) * 3
     g, w = got.float(), want.float()
     if torch.isnan(g).any():
-        return ("C holds NaN: an element no program wrote (torch.empty keeps leftovers; is the "
-                "grid triton.cdiv(M, BLOCK_M) x triton.cdiv(N, BLOCK_N)?) or a masked load "
-                "without other=0.0")
+        return ("Y holds NaN: an element no program wrote (torch.empty keeps leftovers; does "
+                "the grid cover triton.cdiv(M, BLOCK_M) x triton.cdiv(N, BLOCK_N) tiles?) or a "
+                "masked load without other=0.0")
     atol, rtol = TOLERANCES[want.dtype]
+    scale = max(1.0, math.sqrt(K / 100))
+    product = x.float() @ weight.float().T
+    if torch.allclose(g, product, atol=atol * scale, rtol=rtol):
+        return "Y is x @ W.T without the bias: add bias[n] to every row of the tile"
+    if M <= N and torch.allclose(g, product + bias.float()[:M, None], atol=atol * scale,
+                                 rtol=rtol):
+        return "the bias goes along the output columns: bias[n] is added to column n of Y"
+    a, b = x, weight.T
     bad = ~torch.isclose(g, w, atol=atol * 4, rtol=rtol * 4)
     rows = bad.any(dim=1).nonzero().flatten()
     cols = bad.any(dim=0).nonzero().flatten()
@@ -202,21 +228,22 @@ def _hint(got, want, a, b, blocks) -> str:
     # A partial tile is to blame only if the full tiles before it came out right.
     if len(rows) and full_m and rows.min() >= full_m and M % bm:
         return (f"only rows {full_m} and up are wrong, the last partial row of tiles: mask the "
-                "rows with offs_m < M on the load of A and on the store, and launch "
-                "triton.cdiv(M, BLOCK_M) rows of programs")
+                "rows with offs_m < M on the load of x and on the store, and cover "
+                "triton.cdiv(M, BLOCK_M) rows of tiles")
     if len(cols) and full_n and cols.min() >= full_n and N % bn:
         return (f"only columns {full_n} and up are wrong, the last partial column of tiles: "
-                "mask the columns with offs_n < N on the load of B and on the store")
+                "mask the columns with offs_n < N on the loads of W and the bias and on the "
+                "store")
     kk = K // bk * bk
     if K % bk and kk:
-        truncated = (a[:, :kk].float() @ b[:kk].float()).to(want.dtype).float()
+        truncated = (a[:, :kk].float() @ b[:kk].float() + bias.float()).to(want.dtype).float()
         if torch.allclose(g, truncated, atol=atol, rtol=rtol):
-            return (f"C equals the product over the first {kk} of K={K} only: the last, partial "
+            return (f"Y equals the product over the first {kk} of K={K} only: the last, partial "
                     "K step is missing (loop over range(0, K, BLOCK_K) and mask offs_k < K - k)")
-    return ("wrong almost everywhere: check the K loop. Each step must load A[offs_m, k + "
-            "offs_k] and B[k + offs_k, offs_n], through the strides (a_ptr + offs_m * "
-            "stride_am + offs_k * stride_ak, ...), mask offs_k < K - k, and advance the "
-            "pointers by BLOCK_K * stride_ak and BLOCK_K * stride_bk")
+    return ("wrong almost everywhere: check the K loop. Each step must load x[offs_m, k + "
+            "offs_k] and W[offs_n, k + offs_k] (W is stored out x in: its K step is "
+            "stride_wk, its column step stride_wn), through the strides, mask offs_k < K - k, "
+            "and advance both pointers by BLOCK_K along K")
 
 
 def _collect_kernel(ns, seed):
@@ -229,12 +256,12 @@ def _of(v, kinds, compiled=False):
 
 
 def _worst_ulp(trial) -> float:
-    a, b = TASK.inputs(trial.case, "cpu")
-    return mm.ulp_error(trial.rec["outputs"][0], a.double() @ b.double()).max().item()
+    return mm.ulp_error(trial.rec["outputs"][0], exact(*TASK.inputs(trial.case, "cpu"))) \
+        .max().item()
 
 
 def _plain(raw):
-    part = "2a matmul is right"
+    part = "2a linear is right"
     v = harness.verdict_of(TASK, raw)
     plain = _of(v, (CONTIGUOUS, ZERO_ROWS))
     fb = v.correctness(part, "", plain)
@@ -257,12 +284,12 @@ def _strided(raw):
     failure = v.first_failure(_of(v, STRIDED))
     if failure:
         if not v.first_failure(_of(v, (CONTIGUOUS,))) and "are off" in failure:
-            failure += (". Contiguous inputs work, views do not: index A and B through the "
-                        "strides passed in (stride_am, stride_ak, stride_bk, stride_bn), never "
-                        "assume a row is K or N elements long")
+            failure += (". Contiguous inputs work, views do not: index x and W through the "
+                        "strides passed in (x.stride(0), x.stride(1), weight.stride(0), "
+                        "weight.stride(1)), never assume a row is K elements long")
         return Feedback(part, False, failure)
-    return Feedback(part, True, "right on a transposed A, a B of every other column and a "
-                    "transposed B")
+    return Feedback(part, True, "right on a transposed x, a W of every other row, a "
+                    "transposed W, and x and W cut from wider matrices")
 
 
 def _in_bounds(raw):
@@ -283,6 +310,12 @@ def _fp32_accumulation(raw):
             return Feedback(part, False, "needs a kernel that runs and is right on its inputs: "
                             f"{t.where}: {t.problem}")
         worst = _worst_ulp(t)
+        x, w, bias = TASK.inputs(t.case, "cpu")
+        if worst > ACC_ULP_LIMIT and mm.ulp_error(t.rec["outputs"][0], exact(
+                x, w, torch.zeros_like(bias))).max().item() <= ACC_ULP_LIMIT:
+            return Feedback(part, False, f"at {t.where} the result is a wrong result, not a "
+                            "rounding one: it is x @ W.T without the bias. Make part 2a pass "
+                            "first")
         if worst > WRONG_ULP:
             return Feedback(part, False, f"at {t.where} the result is up to {worst:,.0f} ulp "
                             "from the exact product: that is a wrong result, not a rounding "
@@ -291,8 +324,9 @@ def _fp32_accumulation(raw):
             return Feedback(part, False, f"at {t.where} the result is up to {worst:.1f} units "
                             "in the last place (ulp) from the exact product; rounding an fp32 "
                             "sum once gives at most 0.5. Keep the running sum in fp32: acc = "
-                            "tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), acc = tl.dot(a, b, "
-                            "acc), and convert to the output dtype only at the store")
+                            "tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), acc = tl.dot(x, w, "
+                            "acc), add the bias to it, and convert to the output dtype only at "
+                            "the store")
     t = trials[0]
     return Feedback(part, True, f"within {_worst_ulp(t):.2f} ulp of the exact product at "
                     f"K={t.case.params['shape'][2]} (fp32 accumulation, one rounding)")
@@ -300,21 +334,21 @@ def _fp32_accumulation(raw):
 
 # The assignment, and the calls the notebook makes.
 
-_FIT_NAMES = ("H100_CONFIG", "matmul", "h100_intensity", "h100_sram_bytes")
+_FIT_NAMES = ("H100_CONFIG", "linear", "h100_intensity", "h100_sram_bytes")
 
 ASSIGNMENT = Assignment(
     name="04_tiling",
-    title="A tiled matmul designed for the H100",
+    title="A tiled linear layer designed for the H100",
     parts=(
         Part("1a", "tile intensity", 1, _intensity, ("tile_intensity",)),
         Part("1b", "SRAM per program", 1, _sram, ("tile_sram_bytes",)),
-        Part("2a", "matmul is right", 4, _plain, ("matmul",), group="kernel",
+        Part("2a", "linear is right", 4, _plain, ("linear",), group="kernel",
              collect=_collect_kernel),
-        Part("2b", "strided inputs", 2, _strided, ("matmul",), group="kernel",
+        Part("2b", "strided inputs", 2, _strided, ("linear",), group="kernel",
              collect=_collect_kernel),
-        Part("2c", "the kernel stays in bounds", 2, _in_bounds, ("matmul",), group="kernel",
+        Part("2c", "the kernel stays in bounds", 2, _in_bounds, ("linear",), group="kernel",
              collect=_collect_kernel),
-        Part("2d", "accumulates in fp32", 2, _fp32_accumulation, ("matmul",), group="kernel",
+        Part("2d", "accumulates in fp32", 2, _fp32_accumulation, ("linear",), group="kernel",
              collect=_collect_kernel),
         Part("3a", "intensity of your H100 tile", 1, design_intensity, _FIT_NAMES,
              group="fit", collect=collect_fit),
@@ -324,8 +358,12 @@ ASSIGNMENT = Assignment(
              collect=collect_fit),
         Part("3d", "registers without spills", 2, registers, _FIT_NAMES, group="fit",
              collect=collect_fit),
-        Part("4", "speed at a large fp16 shape", 4, speed, ("matmul",), gpu=True,
+        Part("4", "speed at a large fp16 shape", 4, speed, ("linear",), gpu=True,
              collect=collect_speed, after="kernel"),
+        Part("5a", "waves of a setting", 2, waves.judge_waves, (waves.WAVES,),
+             group="waves", collect=waves.collect),
+        Part("5b", "the setting to launch", 3, waves.judge_choice, (waves.CHOOSE,),
+             group="waves", collect=waves.collect),
     ),
 )
 
@@ -333,10 +371,13 @@ check_napkin_math = check_function(ASSIGNMENT, ("1a", "1b"),
     "Part 1: ``tile_intensity`` and ``tile_sram_bytes``.")
 
 check_kernel = check_function(ASSIGNMENT, ("2a", "2b", "2c", "2d"),
-    "Part 2: ``matmul`` on awkward shapes, strided inputs, bounds and fp32 accumulation.")
+    "Part 2: ``linear`` on awkward shapes, strided inputs, bounds and fp32 accumulation.")
 
 check_fit = check_function(ASSIGNMENT, ("3a", "3b", "3c", "3d"),
     "Part 3: ``H100_CONFIG``, your numbers for it, and your kernel compiled for the H100.")
 
 check_speed = check_function(ASSIGNMENT, ("4",),
-    "Part 4: speed against torch.matmul at a large fp16 shape (GPU mode; pending on a CPU).")
+    "Part 4: speed against F.linear at a large fp16 shape (GPU mode; pending on a CPU).")
+
+check_waves = check_function(ASSIGNMENT, ("5a", "5b"),
+    "Part 5: ``waves`` and ``choose_setting`` on shapes the grader draws.")

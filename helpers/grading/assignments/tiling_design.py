@@ -3,7 +3,7 @@ compiled for sm_90 (part 3, no GPU needed), and its speed beside cuBLAS (part 4,
 
 Part 3 needs no GPU: Triton compiles for the H100 on any machine (:mod:`helpers.compiled`),
 and the compiled kernel says how much shared memory and how many registers one program
-takes. The kernel compiled is the one the learner's ``matmul`` launches, with
+takes. The kernel compiled is the one the learner's ``linear`` launches, with
 ``H100_CONFIG``'s block sizes, stages and warps, specialized as a launch on contiguous
 4096 x 4096 fp16 matrices would be. Also :func:`tile_values`, the napkin numbers of one tile
 with the values known slips give (part 1's key and part 3's).
@@ -15,6 +15,7 @@ import math
 from dataclasses import asdict, replace
 
 import torch
+import torch.nn.functional as F
 
 from ... import bounds, compiled, dtypes, hardware, intensity, runtime
 from ...feedback import Feedback, graded_number, target
@@ -28,12 +29,12 @@ FP16 = torch.float16
 # Part 3: the H100 choice, compiled for sm_90 as a contiguous 4096^3 fp16 launch.
 H100 = hardware.GPUS["H100-SXM"]
 CAPABILITY = 90
-FIT_N = 4096
 FIT_TOLERANCE = 0.10        # compiled shared memory vs the derived SRAM
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 
-# Part 4: a shape the notebook never times. Lesson 04's v3 (the same features) reached
-# 0.92x torch.matmul there with 128 x 256 x 64, 3 stages, 8 warps (tiling record, H100).
+# Part 4: a shape the notebook never times. Lesson 04's v3 (grouped tiles, tl.dot) reached
+# 0.92x torch.matmul there with 128 x 256 x 64, 3 stages, 8 warps (tiling record, H100);
+# the learner's kernel reads W as nn.Linear stores it and adds the bias.
 SPEED_SHAPE = (8192, 8192, 8192)
 SPEED_GOAL = 0.85
 
@@ -79,27 +80,34 @@ def read_config(config) -> dict | str:
 
 
 def collect_fit(ns, seed):
-    """In the learner's process: the H100 numbers, and the kernel ``matmul`` launches
-    compiled for sm_90 with ``H100_CONFIG``."""
+    """In the learner's process: the H100 numbers, and the kernel ``linear`` launches
+    compiled for sm_90 with ``H100_CONFIG``, its arguments those of a launch on fp16
+    operands whose sizes and strides are multiples of 16 (specialized as a 4096^3 launch
+    would be: the strides of 1 constants, the rest divisible by 16)."""
     raw = {"answers": collect_answers(("h100_intensity", "h100_sram_bytes"), ns)}
     try:
-        config, fn = read_config(answer(ns, "H100_CONFIG")), answer(ns, "matmul")
+        config, fn = read_config(answer(ns, "H100_CONFIG")), answer(ns, "linear")
     except MissingAnswer as missing:        # judged "not implemented", part by part
         return dict(raw, missing=missing.name)
     raw["config"] = config
     g = harness.generator(seed)
-    a, b = (torch.randn(s, generator=g).to(FP16) for s in ((64, 80), (80, 48)))
+    x, w, bias = (torch.randn(s, generator=g).to(FP16) for s in ((64, 80), (48, 80), (48,)))
     with bounds.watch(guard=False) as log:
         try:
-            fn(a.to(runtime.device()), b.to(runtime.device()))
+            fn(*(t.to(runtime.device()) for t in (x, w, bias)))
         except Exception as err:  # noqa: BLE001 - the learner's error, reported
             raw["launch_error"] = f"{type(err).__name__}: {str(err)[-300:]}"
     own = [launch for launch in log.launches if launch.defined_in(ns)]
     raw["launched"] = [launch.name for launch in own]
     if own and isinstance(config, dict):
+        launch = own[0]
+        options = {k: v for k, v in config.items() if k in ("num_warps", "num_stages")}
         try:
-            found = compiled.matmul_resources(ns[own[0].name], config, n=FIT_N,
-                                              constexprs=own[0].constexprs)
+            found = compiled.resources(
+                ns[launch.name], signature={**launch.tensors, **launch.scalars},
+                constexprs={**launch.constexprs, **{k: v for k, v in config.items()
+                                                     if k not in options}},
+                capability=CAPABILITY, **options)
             raw["resources"] = asdict(found)
         except compiled.CompileToolError as err:
             raw["tool_error"] = str(err)
@@ -150,7 +158,7 @@ def _compiled(raw, part) -> compiled.Resources | Feedback:
         return Feedback(part, False, raw["config"])
     if not raw["launched"]:
         why = raw.get("launch_error") or "it launched no @triton.jit kernel of the notebook"
-        return Feedback(part, False, f"the fit is that of the kernel matmul launches: {why}")
+        return Feedback(part, False, f"the fit is that of the kernel linear launches: {why}")
     if raw.get("tool_error"):
         return Feedback(part, False, f"your kernel could not be compiled: {raw['tool_error']}")
     return compiled.Resources(**raw["resources"])
@@ -197,27 +205,29 @@ def registers(raw):
                     f"{occ.limited_by}")
 
 
-# Part 4 (GPU): speed at a large fp16 shape, side by side with torch.matmul.
+# Part 4 (GPU): speed at a large fp16 shape, side by side with F.linear.
 
 
 def measure_speed(fn, shape=SPEED_SHAPE, dtype=FP16) -> dict:
-    """Time ``fn`` and ``torch.matmul`` on the same random inputs of ``shape`` (GPU)."""
+    """Time ``fn(x, weight, bias)`` and ``F.linear`` on the same random inputs of ``shape``,
+    (M, N, K) with x M x K and weight N x K (GPU)."""
     from ... import bench
 
-    runtime.require_gpu("timing a matmul")
+    runtime.require_gpu("timing a linear layer")
     M, N, K = shape
     g = harness.generator(900)
-    a = torch.randn(M, K, generator=g).to(dtype).to("cuda")
-    b = torch.randn(K, N, generator=g).to(dtype).to("cuda")
-    # |C| grows as sqrt(K): about 350 at K = 4096, where fp16 steps are 0.25; a correct
-    # kernel lands a few steps from torch.matmul's differently ordered sum.
+    x = torch.randn(M, K, generator=g).to(dtype).to("cuda")
+    w = torch.randn(N, K, generator=g).to(dtype).to("cuda")
+    bias = torch.randn(N, generator=g).to(dtype).to("cuda")
+    # |Y| grows as sqrt(K): about 350 at K = 4096, where fp16 steps are 0.25; a correct
+    # kernel lands a few steps from cuBLAS's differently ordered sum.
     atol, rtol = 0.5 * math.sqrt(K / 4096), 0.02
     with gpu_lock():
-        c, want = fn(a, b).float(), torch.matmul(a, b).float()
-        ok = torch.allclose(c, want, atol=atol, rtol=rtol)
-        err = (c - want).abs().max().item()
-        yours = bench.time_ms(lambda: fn(a, b))
-        cublas = bench.time_ms(lambda: torch.matmul(a, b))
+        y, want = fn(x, w, bias).float(), F.linear(x, w, bias).float()
+        ok = torch.allclose(y, want, atol=atol, rtol=rtol)
+        err = (y - want).abs().max().item()
+        yours = bench.time_ms(lambda: fn(x, w, bias))
+        cublas = bench.time_ms(lambda: F.linear(x, w, bias))
     flops = intensity.matmul(M, N, K, dtype).flops
     return {"ok": ok, "max_abs_error": err, "allowed": f"{atol:.2g} + {rtol:.0%} of the value",
             "yours_ms": yours, "cublas_ms": cublas, "ratio": cublas / yours,
@@ -227,20 +237,20 @@ def measure_speed(fn, shape=SPEED_SHAPE, dtype=FP16) -> dict:
 
 
 def collect_speed(ns, seed):
-    """In the learner's process: time ``matmul`` beside torch.matmul (GPU)."""
-    return measure_speed(answer(ns, "matmul"))
+    """In the learner's process: time ``linear`` beside F.linear (GPU)."""
+    return measure_speed(answer(ns, "linear"))
 
 
 def speed(raw):
     part = "4 speed at a large fp16 shape"
     shape = "x".join(map(str, raw.get("shape") or SPEED_SHAPE))
     if not raw.get("ok"):
-        return Feedback(part, False, f"matmul is wrong at {shape} fp16 on the GPU: up to "
-                        f"{raw.get('max_abs_error', float('nan')):.3g} from torch.matmul "
+        return Feedback(part, False, f"linear is wrong at {shape} fp16 on the GPU: up to "
+                        f"{raw.get('max_abs_error', float('nan')):.3g} from F.linear "
                         f"(allowed: {raw.get('allowed')})")
     ratio = float(raw["ratio"])
     text = (f"{shape} on {raw.get('gpu')}: yours {raw['yours_tflops']:,.0f} TFLOP/s, "
-            f"torch.matmul {raw['cublas_tflops']:,.0f}: {ratio:.2f}x (the goal is "
+            f"F.linear {raw['cublas_tflops']:,.0f}: {ratio:.2f}x (the goal is "
             f"{SPEED_GOAL:.0%})")
     return target(part, ratio >= SPEED_GOAL, text,
                   "Part 3 passing means the choice fits, not that it is fast: lesson 04's "
