@@ -29,8 +29,9 @@ DTYPE_OF = {harness.dtype_name(d): d for d in (FP16, BF16, FP32)}
 LARGE = "large scores"
 INF = math.inf
 # Gradients sum a row's or a column's worth of rounded products: judged relative to the
-# largest gradient of the tensor (atol) and to each element (rtol); bf16 keeps 8 bits.
-TOL = {FP32: (5e-3, 5e-3), FP16: (1e-2, 1e-2), BF16: (6e-2, 6e-2)}
+# largest gradient of the call (atol: one query alone has dQ = dK = 0, which a GPU's TF32
+# products leave at about 1e-3 of dV) and to each element (rtol); bf16 keeps 8 bits.
+TOL = {FP32: (1e-2, 1e-2), FP16: (1e-2, 1e-2), BF16: (6e-2, 6e-2)}
 NAMES = ("dQ", "dK", "dV")
 
 
@@ -157,8 +158,9 @@ class FlashBackward(harness.KernelTask):
     def compare(self, case, got, want, inputs, blocks):
         exact = reference_grads(case, inputs)
         atol, rtol = TOL[got[0].dtype]
+        top = max(float(w.abs().max()) if w.numel() else 0.0 for w in exact)
         wrong = [(name, bad) for name, g, w in zip(NAMES, got, exact)
-                 if (bad := _off(g, w, atol, rtol))]
+                 if (bad := _off(g, w, atol, rtol, top))]
         if not wrong:
             return None
         (name, (count, where)), *rest = wrong
@@ -181,11 +183,10 @@ class FlashBackward(harness.KernelTask):
 TASK = FlashBackward()
 
 
-def _off(got, want, atol, rtol):
-    """``close_hint`` with the absolute tolerance taken relative to the largest gradient (at
-    least 0.01: one query alone has dQ = dK = 0, which rounding leaves at about 1e-8)."""
-    top = float(want.abs().max()) if want.numel() else 0.0
-    return harness.close_hint(got, want, atol * max(top, 1e-2), rtol)
+def _off(got, want, atol, rtol, top):
+    """``close_hint`` with the absolute tolerance taken relative to ``top``, the largest
+    gradient of the call."""
+    return harness.close_hint(got, want, atol * max(top, 1e-6), rtol)
 
 
 def _hint(case, got, inputs, wrong) -> str:
@@ -199,7 +200,8 @@ def _hint(case, got, inputs, wrong) -> str:
 
     def like(**slip):
         alt = _by_hand(case, inputs, **slip)
-        return all(_off(g, a, atol, rtol) is None for g, a in zip(got, alt))
+        top = max(float(a.abs().max()) if a.numel() else 0.0 for a in alt)
+        return all(_off(g, a, atol, rtol, top) is None for g, a in zip(got, alt))
     if p["softcap"] and like(cap_derivative=False):
         return ("right but for the cap: the scores went through softcap * tanh(s / softcap) "
                 "on the way forward, so dS must go back through that function too")

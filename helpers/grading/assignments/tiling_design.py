@@ -32,11 +32,14 @@ CAPABILITY = 90
 FIT_TOLERANCE = 0.10        # compiled shared memory vs the derived SRAM
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 
-# Part 4: a shape the notebook never times. Lesson 04's v3 (grouped tiles, tl.dot) reached
-# 0.92x torch.matmul there with 128 x 256 x 64, 3 stages, 8 warps (tiling record, H100);
-# the learner's kernel reads W as nn.Linear stores it and adds the bias.
+# Part 4: a shape the notebook never times, against F.linear. Measured at f92a519 (fp16,
+# do_bench, one process): a tiled kernel with pointer loads reaches 0.93-1.04x cuBLAS when
+# its B is stored K x N (lesson 04's layout), but 0.69-0.73x when it reads W as nn.Linear
+# stores it (N x K, K contiguous) with 128 x 256 x 64 or 256 x 128 x 64 tiles, 3-4 stages,
+# 8 warps, on an H100 at 4096^3 and 8192^3 (0.67-0.71x on an H200); 128 x 128 x 64 with 4
+# warps, or BLOCK_K = 32, reach 0.56-0.60x. The goal sits between the two.
 SPEED_SHAPE = (8192, 8192, 8192)
-SPEED_GOAL = 0.85
+SPEED_GOAL = 0.65
 
 
 
