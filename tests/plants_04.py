@@ -99,6 +99,26 @@ PLANTS = {
         edit([("    return min(by_registers, by_shared, LIMITS[\"warps\"] // s[\"num_warps\"], "
                "LIMITS[\"blocks\"])", "    return 1")]),
         {"5a": "more than one program"}, ("5b",)),
+    # The course's nearest code: lesson 04's matmul with the bias added by torch, and part 5
+    # answered by the grader's own model.
+    "courses_matmul_and_the_graders_waves": (
+        edit([(LAUNCH, "from helpers.kernels import matmul as course\n"
+                       "    return course.matmul(x, weight.t()) + bias\n    " + LAUNCH),
+              ("    tiles = -(-M // setting[\"BLOCK_M\"]) * -(-N // setting[\"BLOCK_N\"])   "
+               "# partial tiles count\n",
+               "    from helpers.grading.assignments import tiling_waves as grader\n"
+               "    return grader.wave_count(M, N, setting)\n"),
+              ("    return max(range(len(SETTINGS)), key=lambda i: predicted(SETTINGS[i]))",
+               "    from helpers.grading.assignments import tiling_waves as grader\n"
+               "    return max(range(len(SETTINGS)), key=lambda i: grader.predicted_tflops("
+               "M, N, SETTINGS[i]))")]),
+        {"2a": "not a kernel defined in your notebook",
+         "2b": "not a kernel defined in your notebook", "2c": "no kernel of yours ran",
+         "2d": "not a kernel defined in your notebook",
+         "3a": "uses the course's own helpers.kernels.matmul.matmul",
+         "3b": "uses the course's own helpers.kernels.matmul.matmul",
+         "3c": "the kernel linear launches", "3d": "the kernel linear launches",
+         "5a": "uses the course's own", "5b": "uses the course's own"}, ()),
 }
 
 # Slips in parts that do not read one another, graded in one notebook each group.

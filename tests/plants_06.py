@@ -72,11 +72,17 @@ PLANTS = {
     # Right on every length that is a multiple of the tile; wrong only where the last tile
     # is partial: the mask tests the rows, so the padding keys count with score 0 (2a). And
     # the causal mask without its diagonal (2b).
-    "padded_keys_unmasked_and_causal_mask_j_less_than_i": together(
+    # ... and the backward handed to the course's kernels, which know neither window nor cap.
+    "padded_keys_unmasked_causal_mask_j_less_than_i_and_the_courses_backward": together(
         (edit([("visible = cols[None, :] < seq_len", "visible = rows[:, None] < seq_len")]),
          {"2a": "padded keys"}),
         (edit([("cols[None, :] <= rows[:, None]", "cols[None, :] < rows[:, None]")]),
-         {"2b": "j <= i"})),
+         {"2b": "j <= i"}),
+        (edit([("    delta = (do.float() * o.float()).sum(-1)",
+                "    return attention.flash_attention_backward(do, q, k, v, o, lse, causal)\n"
+                "    delta = (do.float() * o.float()).sum(-1)")]),
+         {"4a": "not a kernel defined in your notebook",
+          "4b": "not a kernel defined in your notebook", "4c": "no kernel of yours ran"})),
     # Merge: right on every row that sees a key; NaN only on the fully masked rows. Kernel:
     # the running maximum starts at 0, which every ordinary row survives (its shift cancels
     # in O and in lse); only rows whose scores all sit far below zero underflow to 0 / 0.
