@@ -128,7 +128,11 @@ PLANTS["napkin_slips_and_no_bias"] = together(*(PLANTS.pop(name) for name in (
     "sram_without_stages",
     "no_bias",
 )))
-PLANTS["fp32_bytes_and_always_the_fastest_setting"] = together(
-    PLANTS.pop("fp32_bytes"), PLANTS.pop("always_the_fastest_setting"))
+PLANTS["no_k_mask_and_always_the_fastest_setting"] = together(
+    PLANTS.pop("no_k_mask"), PLANTS.pop("always_the_fastest_setting"))
+PLANTS["courses_matmul_the_graders_waves_and_fp32_bytes"] = together(
+    PLANTS.pop("courses_matmul_and_the_graders_waves"), PLANTS.pop("fp32_bytes"))
+PLANTS["torch_for_a_single_row_and_spilling_config"] = together(
+    PLANTS.pop("torch_for_a_single_row"), PLANTS.pop("spilling_config"))
 PLANTS["overflowing_config_and_one_program_per_sm"] = together(
     PLANTS.pop("overflowing_config"), PLANTS.pop("one_program_per_sm"))

@@ -121,3 +121,12 @@ PLANTS = {
          "2c": "make 2a and 2b pass first", "2d": "launched no Triton kernel",
          "2e": "no kernel of yours ran", "2f": "launched no Triton kernel"}),
 }
+
+# Slips of the forward and of the backward, which read nothing of one another: one notebook
+# each pair.
+PLANTS["max_not_subtracted_and_the_backward_without_its_window"] = together(
+    PLANTS.pop("max_not_subtracted"),
+    PLANTS.pop("backward_without_the_window_and_dq_stopping_at_the_diagonal"))
+PLANTS["diagonal_tile_without_mask_and_the_backward_without_the_cap_derivative"] = together(
+    PLANTS.pop("diagonal_tile_without_mask"),
+    PLANTS.pop("backward_without_the_cap_derivative_and_dk_store_unmasked"))

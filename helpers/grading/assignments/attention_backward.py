@@ -121,17 +121,15 @@ class FlashBackward(harness.KernelTask):
     def cases(self, blocks):
         bm, bn = _blocks(blocks)
         long = 2 * max(bm, bn) + 3           # several tiles, the last one partial
-        out = [self.case(n, 16, FP32, c) for c in (False, True) for n in (1, bn + 1, long)]
-        out += [self.case(long, 32, FP16, c, heads=3) for c in (False, True)]
         # Caps near the scores' size, where tanh bends: its derivative is far from 1.
-        out += [self.case(long, 16, FP32, False, softcap=2.0),
+        # Windows of one tile and a few keys, and of half a tile, soft-capped: key tiles the
+        # last queries of the sequence no longer see.
+        return [self.case(long, 32, FP16, False), self.case(long, 16, FP32, False, softcap=2.0),
+                self.case(1, 16, FP32, True), self.case(long, 16, FP32, True),
                 self.case(long, 16, FP16, True, LARGE, heads=1),
-                # Windows of one tile and a few keys, and of half a tile, soft-capped: a key
-                # tile the last queries of the sequence no longer see.
                 self.case(long, 16, FP32, True, window=bn + 5),
                 self.case(long, 32, FP16, True, heads=3, window=max(bm, bn) // 2 + 1,
                           softcap=2.0)]
-        return out
 
     def compiled_cases(self, blocks):
         out = [self.case(n, d, dt, c, heads=h, compiled=True) for c in (False, True)
@@ -175,9 +173,16 @@ class FlashBackward(harness.KernelTask):
         return f"{self.function} returned {type(result).__name__}; expected (dq, dk, dv)"
 
     def summary(self, cases):
-        lengths = sorted({c.params["n"] for c in cases})
-        return (f"lengths {', '.join(map(str, lengths))}, d = 16 and 32, fp32 and fp16, "
-                "windows and soft-capped scores, scores in the hundreds")
+        p = [c.params for c in cases]
+        lengths = ", ".join(map(str, sorted({q["n"] for q in p})))
+        dims = " and ".join(map(str, sorted({q["d"] for q in p})))
+        kinds = [words for words, present in (
+            ("windows", any(q["window"] for q in p)),
+            ("soft-capped scores", any(q["softcap"] for q in p)),
+            ("scores in the hundreds", any(q["kind"] == LARGE for q in p))) if present]
+        return (f"lengths {lengths}, d = {dims}, "
+                f"{' and '.join(sorted({q['dtype'] for q in p}))}"
+                + (f"; {', '.join(kinds)}" if kinds else ""))
 
 
 TASK = FlashBackward()
