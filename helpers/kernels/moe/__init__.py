@@ -162,7 +162,9 @@ def dispatch(ids: torch.Tensor, experts: int, capacity: int | None = None, *,
     earliest tokens are kept and the latest dropped, whatever their choice (Switch's
     rule for top-1; GShard's top-2 ranks every first choice before any second).
     Everything stays on the device: no step waits for the GPU, except the range check
-    of the ids, which ``check=False`` skips (for ids that come from :func:`route`).
+    of the ids, which ``check=False`` skips (for ids that come from :func:`route`). The
+    counts come from a ``scatter_add_``, not ``torch.bincount``, which on CUDA reads the
+    largest id back to the host to size its output: a wait for the GPU.
     """
     if ids.dim() != 2:
         raise ValueError(f"ids must be (tokens, top_k), got shape {tuple(ids.shape)}")
@@ -173,7 +175,8 @@ def dispatch(ids: torch.Tensor, experts: int, capacity: int | None = None, *,
     T, top_k = ids.shape
     flat = ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=experts)
+    counts = torch.zeros(experts, dtype=torch.long, device=ids.device).scatter_add_(
+        0, flat, torch.ones_like(flat))
     offsets = torch.zeros(experts + 1, dtype=torch.long, device=ids.device)
     offsets[1:] = torch.cumsum(counts, dim=0)
     if capacity is not None:
