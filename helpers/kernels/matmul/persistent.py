@@ -294,9 +294,10 @@ def prune(configs, named_args, **kwargs) -> list:
 
 
 # Each candidate reads boxes of its own size, so the descriptors get them from a pre_hook,
-# as in Triton's tutorial 09. Triton's result cache on disk (cache_results) leaves out
-# settings that carry a pre_hook, so this tuner keeps its choice in memory only; a new
-# process finds the plan's decision on disk instead (matmul_plan.Decisions).
+# as in Triton's tutorial 09. Triton's result cache on disk (cache_results) is skipped for
+# a whole tuner as soon as one of its settings carries a pre_hook (Autotuner.
+# check_disk_cache), so this tuner keeps its choice in memory only; a new process finds the
+# plan's decision on disk instead (matmul_plan.Decisions).
 matmul_kernel_persistent_tuned = triton.autotune(
     configs=[c.triton_config(CONSTEXPRS, pre_hook=_set_boxes) for c in PERSISTENT_SPACE],
     # as v6: B's rows too; and each operand's layout (a transposed view is another problem)
