@@ -81,8 +81,9 @@ def gpu_anatomy(spec, n: int, block: int, *, num_warps: int = 4, source: str = "
         r, c = divmod(i, cols_sm)
         _box(ax_chip, 0.05 + c * w, 0.93 - (r + 1) * h, w * 0.9, h * 0.85,
              color=cmap(i % 20) if i < busy else "0.92")
-    ax_chip.text(0.5, 0.37, f"each SM: {spec.smem_per_sm_kib} KiB of shared memory (SRAM), "
-                            "its warp schedulers and cores", ha="center", fontsize=7)
+    ax_chip.text(0.5, 0.37, f"each SM: up to {spec.smem_per_sm_kib} KiB of shared memory, "
+                            "carved from the SRAM its L1 cache uses too; warp schedulers, cores",
+                 ha="center", fontsize=7)
     _box(ax_chip, 0.05, 0.22, 0.9, 0.1, f"L2 cache, {spec.l2_mib:g} MiB, shared by all {sms} SMs",
          color="#fde9c9")
     _box(ax_chip, 0.05, 0.04, 0.9, 0.12,
@@ -138,7 +139,7 @@ def hierarchy_levels(spec, registers_kib: float | None = None,
     levels = [
         {"name": "registers", "where": "each thread's own",
          "per_sm_kib": registers_kib, "total_kib": registers_kib and registers_kib * sms},
-        {"name": "shared memory", "where": "SRAM of each SM (with L1)",
+        {"name": "shared memory", "where": "each SM's SRAM, less what L1 keeps",
          "per_sm_kib": spec.smem_per_sm_kib, "total_kib": spec.smem_per_sm_kib * sms},
         {"name": "L2", "where": "on the chip, shared by all SMs",
          "per_sm_kib": None, "total_kib": spec.l2_mib * 1024},

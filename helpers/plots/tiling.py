@@ -164,11 +164,14 @@ def occupancy_line(occ) -> str:
 def tf32_rows(rec) -> list[dict]:
     """The ``tf32`` record as a table: torch.matmul both ways, lesson 04's TF32 configuration,
     the fastest TF32 configuration for each layout of B, and true fp32 in ``tl.dot``; TFLOP/s
-    as measured and as a percentage of the TF32 peak, and the error against fp64."""
+    as measured and as a percentage of the roof each runs under, and the error against fp64.
+
+    TF32 products run on the tensor cores (the TF32 peak); true fp32 (cuBLAS with TF32 off,
+    ``tl.dot`` with ``input_precision="ieee"``) runs its multiply-adds on the CUDA cores, whose
+    roof is the fp32 peak (67 TFLOP/s on an H100 SXM, a seventh of TF32's)."""
     from ..experiments import tf32
 
     rows = rec.results["rows"]
-    peak = (rec.results.get("peak_tflops") or {}).get("tf32")
     picks = [next((r for r in rows if r["kind"] == "torch" and not r["allow_tf32"]), None),
              next((r for r in rows if r["kind"] == "torch" and r["allow_tf32"]), None),
              next((r for r in rows if r.get("lesson_config")
@@ -178,8 +181,15 @@ def tf32_rows(rec) -> list[dict]:
     picks.append(next((r for r in rows if r["kind"] == "triton ieee"), None))
     # the lesson's configuration may also be the fastest: each row once
     picks = list({r["name"]: r for r in picks if r is not None}.values())
+    def roof(r) -> str:
+        exact = r["kind"] == "triton ieee" or (r["kind"] == "torch" and not r["allow_tf32"])
+        return "fp32" if exact else "tf32"
+
+    peaks = rec.results.get("peak_tflops") or {}
     return [{"version": r["name"], "TFLOP/s": r["tflops"],
-             "% of TF32 peak": 100 * r["tflops"] / peak if peak else float("nan"),
+             "roof": {"fp32": "CUDA cores, fp32", "tf32": "tensor cores, TF32"}[roof(r)],
+             "% of its roof": (100 * r["tflops"] / peaks[roof(r)] if peaks.get(roof(r))
+                               else float("nan")),
              "range ms": f"{r['ms_min']:.3f} to {r['ms_max']:.3f}",
              "rel. error": f"{r['rel_error']:.1e}"} for r in picks]
 
