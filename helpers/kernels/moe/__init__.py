@@ -22,6 +22,9 @@ block: ``down(silu(x @ w_gate) * (x @ w_up))`` with ``w_gate, w_up: (H, I)`` and
   the way most model code first writes it.
 * :func:`experts_forward` / :func:`moe_forward`: the same with the grouped GEMM kernels
   of :mod:`helpers.kernels.moe.grouped`: two launches for all experts, then the combine.
+* :class:`MoELayer` / :func:`experts_train`: the layer that trains
+  (:mod:`~helpers.kernels.moe.training`), its backward three grouped GEMMs and a
+  per-expert weight gradient (:mod:`~helpers.kernels.moe.backward`).
 
 Shapes: ``x`` is ``(T, H)`` tokens, ``w_router`` ``(H, E)``, ``w_gate`` and ``w_up``
 ``(E, H, I)``, ``w_down`` ``(E, I, H)``. Weights may be any strided view (a transposed
@@ -41,13 +44,14 @@ from ...intensity.moe import expert_flops, padding_rows
 from ..checks import check_tensor
 from .grouped import combine, expert_of_tile, grouped_gemm_kernel, grouped_matmul, grouped_swiglu
 from .routing import route, router_logits, skewed_route
+from .training import MoELayer, experts_train, split_gate_up
 
 __all__ = [
     "Shape", "FEW_LARGE", "MANY_SMALL", "MoEWeights", "make_weights", "moe_reference",
     "route", "Dispatch", "dispatch", "capacity", "padding_rows", "experts_loop", "moe_loop",
     "experts_forward", "moe_forward", "grouped_swiglu", "grouped_matmul", "combine",
     "expert_of_tile", "grouped_gemm_kernel", "expert_flops", "TOLERANCES", "router_logits",
-    "skewed_route",
+    "skewed_route", "MoELayer", "experts_train", "split_gate_up",
 ]
 
 # (atol, rtol) of the layer's output against the float64 reference, for weights from

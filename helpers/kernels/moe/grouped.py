@@ -68,16 +68,19 @@ def expert_of_tile(tile, counts_ptr, E, E_POW2: tl.constexpr, BLOCK_M: tl.conste
 
 
 @triton.jit
-def grouped_gemm_kernel(a_ptr, rows_ptr, b_ptr, b2_ptr, c_ptr, counts_ptr, R, N, K, E,
+def grouped_gemm_kernel(a_ptr, rows_ptr, b_ptr, b2_ptr, c_ptr, pre_ptr, counts_ptr, R, N, K, E,
                         stride_am, stride_ak, stride_be, stride_bk, stride_bn,
                         stride_cm, stride_cn, R_BUCKET,
                         E_POW2: tl.constexpr, GATHER: tl.constexpr, SWIGLU: tl.constexpr,
+                        SAVE_PRE: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
     """``C[r] = A[rows[r]] @ B[e]`` for every sorted row ``r`` of expert ``e``.
 
     With ``SWIGLU``, ``C[r] = silu(A[rows[r]] @ B[e]) * (A[rows[r]] @ B2[e])``: the gate
-    and up projections share each loaded tile of A.
+    and up projections share each loaded tile of A. With ``SAVE_PRE`` (training) the two
+    projections before the SwiGLU are stored too, side by side in ``pre`` (``R x 2N``):
+    the backward needs both (:mod:`helpers.kernels.moe.backward`).
     """
     max_tiles_m = tl.minimum(R, R // BLOCK_M + E)        # the worst case, see the module
     pid_m, pid_n = grouped_tile(tl.program_id(axis=0), max_tiles_m, tl.cdiv(N, BLOCK_N),
@@ -124,10 +127,15 @@ def grouped_gemm_kernel(a_ptr, rows_ptr, b_ptr, b2_ptr, c_ptr, counts_ptr, R, N,
             b2_ptrs += BLOCK_K * stride_bk
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    keep = real[:, None] & (offs_n[None, :] < N)
+    if SAVE_PRE:
+        pre_ptrs = pre_ptr + offs_m.to(tl.int64)[:, None] * (2 * N) + offs_n[None, :]
+        tl.store(pre_ptrs, acc.to(pre_ptr.dtype.element_ty), mask=keep)
+        tl.store(pre_ptrs + N, acc2.to(pre_ptr.dtype.element_ty), mask=keep)
     if SWIGLU:
         acc = acc * tl.sigmoid(acc) * acc2               # silu(gate) * up, still in fp32
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=real[:, None] & (offs_n[None, :] < N))
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=keep)
 
 
 @triton.jit
@@ -205,15 +213,16 @@ _EVEN = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] ==
 grouped_gemm_fixed = _EVEN(grouped_gemm_kernel)
 # Keyed on rows (bucketed), the matmul's N and K, the expert count and the variant;
 # the dtypes are added by the autotuner itself.
-_TUNE_KEY = ["R_BUCKET", "N", "K", "E", "GATHER", "SWIGLU"]
+_TUNE_KEY = ["R_BUCKET", "N", "K", "E", "GATHER", "SWIGLU", "SAVE_PRE"]
 grouped_swiglu_tuned = triton.autotune(_triton_configs(SWIGLU_SPACE), key=_TUNE_KEY,
                                        cache_results=True)(grouped_gemm_fixed)
 grouped_matmul_tuned = triton.autotune(_triton_configs(MATMUL_SPACE), key=_TUNE_KEY,
                                        cache_results=True)(grouped_gemm_fixed)
 
 
-def _launch(a, rows, b, b2, counts, config, tuned):
-    """Allocate C (one row per sorted token copy) and launch the grouped GEMM."""
+def _launch(a, rows, b, b2, counts, config, tuned, pre=None):
+    """Allocate C (one row per sorted token copy) and launch the grouped GEMM; with
+    ``pre`` (``R x 2N``, SwiGLU only) its two projections are stored there too."""
     R = rows.numel() if rows is not None else a.shape[0]
     E, K, N = b.shape
     c = torch.empty((R, N), device=a.device, dtype=a.dtype)
@@ -233,26 +242,34 @@ def _launch(a, rows, b, b2, counts, config, tuned):
         return (min(R, R // meta["BLOCK_M"] + E) * triton.cdiv(N, meta["BLOCK_N"]),)
 
     kernel[grid](a, rows if rows is not None else counts, b, b2 if b2 is not None else b, c,
-                 counts, R, N, K, E, *a.stride(), *b.stride(), *c.stride(), bucket(R),
-                 E_POW2=triton.next_power_of_2(E), GATHER=rows is not None,
-                 SWIGLU=b2 is not None, **extra)
+                 pre if pre is not None else c, counts, R, N, K, E, *a.stride(), *b.stride(),
+                 *c.stride(), bucket(R), E_POW2=triton.next_power_of_2(E),
+                 GATHER=rows is not None, SWIGLU=b2 is not None, SAVE_PRE=pre is not None,
+                 **extra)
     return c
 
 
-def grouped_swiglu(x, rows, counts, w_gate, w_up, config: TileConfig | None = None):
+def grouped_swiglu(x, rows, counts, w_gate, w_up, config: TileConfig | None = None,
+                   pre: torch.Tensor | None = None):
     """``silu(x[rows] @ w_gate[e]) * (x[rows] @ w_up[e])`` for each expert's sorted rows.
 
     ``x`` is ``(T, H)`` (tokens in their own order), ``rows`` the token of each sorted
     row (``R`` int32), ``counts`` rows per expert (``E`` int32, summing to ``R``),
     ``w_gate`` and ``w_up`` ``(E, H, I)``; returns ``(R, I)``. Inputs are checked by
-    :func:`helpers.kernels.moe.experts_forward`, which calls this.
+    :func:`helpers.kernels.moe.experts_forward`, which calls this. Given ``pre``, a
+    contiguous ``(R, 2I)`` tensor, the gate and up projections are stored there as well.
     """
     if w_gate.shape != w_up.shape or w_gate.stride() != w_up.stride():
         raise ValueError(f"w_gate and w_up must have one shape and one layout (the kernel "
                          f"walks both with the same strides); got shapes {tuple(w_gate.shape)}, "
                          f"{tuple(w_up.shape)} and strides {w_gate.stride()}, {w_up.stride()}. "
                          "Make both .contiguous(), or transpose both the same way.")
-    return _launch(x, rows, w_gate, w_up, counts, config, grouped_swiglu_tuned)
+    if pre is not None and (pre.shape != (rows.numel(), 2 * w_gate.shape[2])
+                            or not pre.is_contiguous() or pre.dtype != x.dtype):
+        raise ValueError(f"pre must be a contiguous {x.dtype} tensor of shape (R, 2I) = "
+                         f"{(rows.numel(), 2 * w_gate.shape[2])}; got {tuple(pre.shape)}, "
+                         f"{pre.dtype}")
+    return _launch(x, rows, w_gate, w_up, counts, config, grouped_swiglu_tuned, pre)
 
 
 def grouped_matmul(a, counts, w, config: TileConfig | None = None):

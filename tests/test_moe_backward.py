@@ -1,0 +1,236 @@
+"""Lesson 08's trainable layer: the backward kernels and the autograd Function against
+float64 autograd.
+
+``swiglu_backward`` and ``grouped_weight_grad`` (helpers.kernels.moe.backward) against the
+chain rule written out in float64, on the grouped problem's awkward counts (idle experts,
+a row, counts that are not whole tiles); then ``experts_train`` and ``MoELayer``: every
+gradient (x, router, gate_up, down) against float64 autograd through the spec, on the
+routings the dispatch tests use (top-1 to top-k = E, capacity drops, no tokens), and a
+few steps of training that lower a loss. In CPU mode the kernels run in Triton's
+interpreter with small tiles; the tests marked ``gpu`` run them compiled and autotuned,
+bf16 included.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from support import assert_close as _assert_close
+
+import helpers
+from helpers.kernels import moe as M
+from helpers.kernels.moe import backward as B
+from helpers.kernels.moe import grouped as G
+
+DEVICE = helpers.device()
+FP32_TOL = 1e-2 if helpers.is_gpu() else 1e-4
+TABLE = [(torch.float32, FP32_TOL, FP32_TOL), (torch.float16, 2e-2, 2e-2)]
+GPU_TABLE = TABLE + [(torch.bfloat16, 8e-2, 8e-2)]
+dtype_ids = [str(row[0]).replace("torch.", "") for row in GPU_TABLE]
+# (dtype, atol, rtol, setting): the CPU setting in both dtypes, the smallest tiles once.
+SMALLEST = G.TileConfig(16, 16, 16, num_warps=4, num_stages=1, group_m=1)
+SETTINGS = [(*TABLE[0], G.CPU_CONFIG), (*TABLE[1], G.CPU_CONFIG), (*TABLE[0], SMALLEST)]
+setting_ids = ["fp32", "fp16", "fp32 16x16x16 group 1"]
+# Rows per expert, H, I.
+GROUPED = {
+    "skewed, empty experts": ([0, 1, 40, 0, 3, 17], 48, 40),
+    "one expert takes all": ([0, 0, 33, 0], 32, 64),
+    "one row": ([0, 1], 16, 16),
+}
+
+
+def assert_close(got, want, atol, rtol, what, hint=""):
+    _assert_close(got.double(), want.double(), atol, rtol, what, hint)
+
+
+def randn(*shape, seed, scale=1.0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(DEVICE, dtype)
+
+
+def grouped_problem(counts, H, I, dtype, seed=0):
+    """Tokens, their sorted rows (shuffled tokens, some read twice) and the weights."""
+    R, E = sum(counts), len(counts)
+    T = max(R // 2, 1)
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, T, (R,), generator=g).to(DEVICE, torch.int32)
+    c = torch.tensor(counts, dtype=torch.int32, device=DEVICE)
+    offsets = torch.zeros(E + 1, dtype=torch.long, device=DEVICE)
+    offsets[1:] = torch.cumsum(c.long(), 0)
+    return rows, c, offsets, T
+
+
+@pytest.mark.parametrize("dtype,atol,rtol,config", SETTINGS, ids=setting_ids)
+@pytest.mark.parametrize("counts,H,I", GROUPED.values(), ids=GROUPED.keys())
+def test_swiglu_backward_is_the_chain_rule(counts, H, I, dtype, atol, rtol, config):
+    rows, c, _, T = grouped_problem(counts, H, I, dtype)
+    E, R = len(counts), sum(counts)
+    dout = randn(T, H, seed=1, dtype=dtype)
+    down = randn(E, I, H, seed=2, scale=I ** -0.5, dtype=dtype)
+    pre = randn(R, 2 * I, seed=3, dtype=dtype)
+    scale = torch.rand(R, generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    dpre, ds = B.swiglu_backward(dout, rows, c, down, pre, scale, config)
+    # The same in float64, one sorted row at a time through its expert.
+    expert = torch.repeat_interleave(torch.arange(E, device=DEVICE), c.long())
+    acc = torch.einsum("rh,rih->ri", dout.double()[rows.long()], down.double()[expert])
+    g, u = pre.double()[:, :I], pre.double()[:, I:]
+    want_ds = (acc * F.silu(g) * u).sum(1)
+    dh = acc * scale.double()[:, None]
+    sig = torch.sigmoid(g)
+    want = torch.cat([dh * u * sig * (1 + g * (1 - sig)), dh * F.silu(g)], 1)
+    what = f"swiglu_backward, counts {counts}, {dtype}"
+    assert dpre.dtype == dtype and dpre.shape == (R, 2 * I), f"{what}: dpre {dpre.dtype} {tuple(dpre.shape)}"
+    assert_close(dpre, want, atol * 10, rtol, f"{what}: [dg | du]",
+                 "dg = dh * u * silu'(g), du = dh * silu(g), dh = s * dout @ Wd^T")
+    assert_close(ds, want_ds, atol * 10, rtol, f"{what}: the routing weight's gradient",
+                 "ds = <dout @ Wd^T, h> summed over every column tile")
+
+
+@pytest.mark.parametrize("dtype,atol,rtol,config", SETTINGS, ids=setting_ids)
+@pytest.mark.parametrize("counts,H,I", GROUPED.values(), ids=GROUPED.keys())
+@pytest.mark.parametrize("gather", ["A", "B", "none"])
+def test_weight_grad_sums_each_experts_rows(gather, counts, H, I, dtype, atol, rtol, config):
+    rows, _, offsets, T = grouped_problem(counts, H, I, dtype)
+    E, R = len(counts), sum(counts)
+    a = randn(T if gather == "A" else R, H, seed=5, dtype=dtype)
+    b = randn(T if gather == "B" else R, I, seed=6, dtype=dtype)
+    scale = torch.rand(R, generator=torch.Generator().manual_seed(7)).to(DEVICE) \
+        if gather == "B" else None
+    got = B.grouped_weight_grad(a, rows if gather == "A" else None, b,
+                                rows if gather == "B" else None, scale, offsets, E, config)
+    a_rows = a.double()[rows.long()] if gather == "A" else a.double()
+    b_rows = b.double()[rows.long()] if gather == "B" else b.double()
+    if scale is not None:
+        b_rows = b_rows * scale.double()[:, None]
+    want = torch.stack([a_rows[offsets[e]:offsets[e + 1]].T @ b_rows[offsets[e]:offsets[e + 1]]
+                        for e in range(E)])
+    what = f"grouped_weight_grad (gather {gather}), counts {counts}, {dtype}"
+    assert got.shape == (E, H, I), f"{what}: shape {tuple(got.shape)}"
+    assert_close(got, want, atol * 10, rtol, what, "C[e] = A_e^T @ (s * B_e) over expert e's rows")
+    for e, n in enumerate(counts):
+        if n == 0:
+            assert torch.count_nonzero(got[e]) == 0, f"{what}: expert {e} had no rows, so its "\
+                "gradient is exactly 0 (its tiles must still be written)"
+
+
+# --------------------------------------------------------------------------------------
+# The layer against float64 autograd.
+# --------------------------------------------------------------------------------------
+
+
+def reference_layer(x, router, gate_up, down, ids, kept):
+    """The layer in float64 for the given routing: every expert on every token, the
+    routing weights from the router's softmax at ``ids``, dropped copies (``~kept``) zero."""
+    probs = torch.softmax(x @ router, dim=-1)
+    w = probs.gather(1, ids)
+    w = w / w.sum(-1, keepdim=True) * kept
+    I = down.shape[1]
+    every = torch.stack([(F.silu(x @ gate_up[e, :, :I]) * (x @ gate_up[e, :, I:])) @ down[e]
+                         for e in range(down.shape[0])])
+    tokens = torch.arange(x.shape[0], device=x.device)[:, None]
+    return (w[..., None] * every[ids, tokens]).sum(1)
+
+
+def check_layer(T, E, top_k, H, I, dtype, atol, rtol, cap=None, seed=0):
+    torch.manual_seed(seed)
+    layer = M.MoELayer(E, top_k, H, I, dtype=torch.float32, device=DEVICE)
+    params = {n: p.detach().to(dtype).requires_grad_() for n, p in layer.named_parameters()}
+    x = randn(T, H, seed=seed + 1, dtype=dtype).requires_grad_()
+    dout = randn(T, H, seed=seed + 2, dtype=dtype)
+    weights, ids = M.route(x @ params["router"], top_k)
+    d = M.dispatch(ids, E, cap)
+    got = M.experts_train(x, weights, params["gate_up"], params["down"], d)
+    got.backward(dout)
+    ref = {n: p.detach().double().requires_grad_() for n, p in params.items()}
+    x64 = x.detach().double().requires_grad_()
+    want = reference_layer(x64, ref["router"], ref["gate_up"], ref["down"], ids,
+                           (d.position >= 0).double())
+    want.backward(dout.double())
+    what = f"T={T} E={E} top_k={top_k} capacity={cap} {dtype}"
+    assert got.dtype == dtype, f"{what}: output {got.dtype}"
+    assert_close(got, want, atol, rtol, f"{what}: output")
+    for name, mine, theirs in [("x", x, x64), *((n, params[n], ref[n]) for n in params)]:
+        # Divided by the largest entry (at least 1: top-1's renormalised weight is always 1,
+        # so its router gradient is 0 up to rounding).
+        scale = max(theirs.grad.abs().max().item(), 1.0)
+        assert mine.grad is not None and mine.grad.dtype == dtype, f"{what}: no gradient for {name}"
+        assert_close(mine.grad / scale, theirs.grad / scale, atol, rtol,
+                     f"{what}: d loss / d {name} (divided by its largest entry, {scale:.3g})")
+
+
+@pytest.mark.parametrize("dtype,atol,rtol", TABLE, ids=dtype_ids[:2])
+@pytest.mark.parametrize("tokens,experts,top_k", [(37, 8, 2), (7, 16, 1), (20, 4, 4),
+                                                  (64, 16, 8)])
+def test_every_gradient_matches_float64_autograd(tokens, experts, top_k, dtype, atol, rtol):
+    check_layer(tokens, experts, top_k, 32, 48, dtype, atol, rtol)
+
+
+@pytest.mark.parametrize("cap", [0, 1, 3])
+def test_dropped_copies_get_no_gradient_and_add_nothing(cap):
+    check_layer(23, 4, 2, 16, 32, torch.float32, FP32_TOL, FP32_TOL, cap=cap, seed=3)
+
+
+def test_no_tokens():
+    layer = M.MoELayer(4, 2, 16, 32, device=DEVICE)
+    x = torch.zeros(0, 16, device=DEVICE, requires_grad=True)
+    out = layer(x)
+    out.sum().backward()
+    assert out.shape == (0, 16) and x.grad.shape == (0, 16)
+    assert torch.count_nonzero(layer.gate_up.grad) == 0 and torch.count_nonzero(layer.down.grad) == 0
+
+
+def test_the_layer_trains():
+    """A few Adam steps of the layer (a random teacher as target) lower the loss, and the
+    router learns too (its weights move)."""
+    torch.manual_seed(0)
+    T, E, top_k, H, I = 64, 4, 2, 16, 16
+    student = M.MoELayer(E, top_k, H, I, device=DEVICE)
+    teacher = M.MoELayer(E, top_k, H, I, device=DEVICE)
+    x = randn(T, H, seed=9)
+    with torch.no_grad():
+        target = teacher(x)
+    router_before = student.router.detach().clone()
+    opt = torch.optim.Adam(student.parameters(), lr=3e-2)
+    losses = []
+    for _ in range(6):
+        opt.zero_grad()
+        loss = F.mse_loss(student(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], f"the loss did not fall: {losses}"
+    assert not torch.equal(student.router, router_before), "the router got no gradient"
+
+
+@pytest.mark.parametrize("gate_up,down,message", [
+    ((4, 16, 31), (4, 15, 16), "gate_up .* and down must be"),
+    ((4, 16, 32), (4, 8, 16), "gate_up .* and down must be"),
+    ((4, 8, 32), (4, 16, 8), "x has 16 features"),
+])
+def test_wrong_weight_shapes_are_refused(gate_up, down, message):
+    x = randn(5, 16, seed=0)
+    weights, ids = M.route(torch.randn(5, 4, device=DEVICE), 2)
+    d = M.dispatch(ids, 4)
+    with pytest.raises(ValueError, match=message):
+        M.experts_train(x, weights, torch.zeros(gate_up, device=DEVICE),
+                        torch.zeros(down, device=DEVICE), d)
+
+
+# --------------------------------------------------------------------------------------
+# Compiled on a GPU: autotuned, bf16 too.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,atol,rtol", GPU_TABLE, ids=dtype_ids)
+@pytest.mark.parametrize("shape", [(300, 16, 2, 256, 512), (513, 64, 8, 512, 256),
+                                   (77, 32, 4, 200, 136), (1, 8, 2, 128, 96)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_compiled_gradients_at_moderate_sizes(shape, dtype, atol, rtol):
+    check_layer(*shape, dtype, atol, rtol)
+
+
+@pytest.mark.gpu
+def test_compiled_gradients_with_capacity():
+    check_layer(300, 16, 2, 256, 512, torch.bfloat16, 8e-2, 8e-2, cap=30)
