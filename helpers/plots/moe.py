@@ -180,7 +180,12 @@ def stage_times_us(rec, shape: str) -> tuple[list[tuple[str, float]], str]:
 def stage_rows(rec, shape: str) -> list[dict]:
     """Ours, stage by stage: its time alone, its share, and what the profiler saw in the
     stage's range: the GPU time of the kernels attributed to it ("-": none attributed),
-    and the host time."""
+    and the host time.
+
+    The shares come from each stage timed alone, not from the profiler: on the H100 record
+    (torch 2.11 with Triton 3.6) the profiler attributes no Triton launch to its stage's
+    ``record_function`` range, so the grouped stages and the combine read "-" there and
+    their kernels appear only in the kernel table (:func:`format_profile`)."""
     times, _ = stage_times_us(rec, shape)
     total = sum(t for _, t in times) or 1.0
     by = {s["stage"]: s for s in _profile(rec, shape)["stages"]}
