@@ -19,6 +19,20 @@
 Timings are medians of :func:`helpers.bench.time_ms` (cold L2) in this one process; in the
 sweep, cuBLAS and the tuned path are timed :data:`ROUNDS` times in turn.
 ``./course record autotuning`` writes ``helpers/records/autotuning__<gpu>.json``.
+
+**What a sweep row keeps.** Besides the times and errors: the kernel, setting and layout the
+tuned path kept, and each candidate plan's time (``candidates_ms``, milliseconds, named
+``"<kernel> as given"`` or ``"<kernel> whole lines"``; :mod:`~helpers.kernels.matmul.plan`
+says what the candidates are). A record lists the candidates of the tree it was taken at
+(its provenance's ``git_commit``): one taken before the runner-up plan
+(:func:`~helpers.kernels.matmul.tuned.runner_up`) lists one v6 plan per layout, one taken
+before stream-K (:mod:`~helpers.kernels.matmul.streamk`) no stream-K plan.
+
+**Reading a row below the floor** (:data:`FLOOR_VS_TORCH` against ``torch.matmul``). It is
+open work, for one of two reasons: no setting of any kernel is fast enough on that shape,
+or a faster setting was in the space and the tuner did not keep it. The same shape in the
+other dtype, or on the other GPU, kept with another setting that reaches the floor, points
+to the second reason, which the runner-up plan guards against.
 """
 
 from __future__ import annotations

@@ -17,6 +17,13 @@ tile and loads its tiles with ``cp.async``: every thread computes addresses and 
   back as zeros, so no masks either. The descriptors are built on the host
   (:func:`descriptors`) and passed as kernel arguments: built on the GPU, they cost every
   program time before its first load, which at small sizes is a large share of the whole.
+  On the host, building and encoding three descriptors at every call cost more than the
+  GPU's whole product at 1000^3, so the launch keeps each tensor's encoding and encodes
+  only a tensor it has not seen (:mod:`~helpers.kernels.matmul.tma_launch`, with the
+  measurements): an encoding depends on nothing but the address, shape, strides, dtype and
+  box.
+* **The store.** With ``SPLIT_EPILOGUE`` the C tile is stored as two halves, which halves
+  the shared memory the store stages and can leave room for one more pipeline stage.
 
 Measured on an H100 80GB HBM3 (fp16, triton 3.6, one setting, 128 x 256 x 64 tiles, the
 descriptors then built on the GPU): at
@@ -27,9 +34,21 @@ when that copy pays.
 
 The TMA needs compute capability 9.0 (Hopper) or newer, 16-byte aligned rows and a
 contiguous last dimension; a transposed view (nn.Linear's ``W.T``) qualifies through the
-matrix underneath (:func:`stored`): :func:`usable` says whether a call qualifies, and
-:mod:`~helpers.kernels.matmul.tuned` runs this kernel only where it qualifies and its
-tuned time beats v6's.
+matrix underneath (:func:`stored`): :func:`usable` says whether a call qualifies. The rows
+of A and B can be made to qualify: the tuned path also builds plans on copies of them in
+aligned rows (:mod:`~helpers.kernels.matmul.plan`), so a shape whose operands the TMA
+refuses as given may still run here on the copies. The rows of C cannot: C is written where
+the caller reads it, so where N values are not a whole number of 16 bytes (N = 777 in
+fp16) only v6 runs. :mod:`~helpers.kernels.matmul.tuned` times this kernel beside v6, each
+as a whole plan, and keeps the faster.
+
+**Tuning it.** Each candidate reads boxes of its own size, so the tuner gives the
+descriptors each setting's boxes in a ``pre_hook`` (:func:`_set_boxes`, as in Triton's
+tutorial 09). As soon as one setting of a tuner carries a ``pre_hook``, Triton skips its
+autotuning disk cache (``cache_results``) for the whole tuner ("We can't serialize
+prehooks", ``Autotuner.check_disk_cache`` in ``triton/runtime/autotuner.py``), so this
+tuner's timings live in memory only; a new process finds the tuned path's decision on disk
+instead (:class:`~helpers.kernels.matmul.plan.Decisions`) and times nothing.
 """
 
 from __future__ import annotations

@@ -5,6 +5,25 @@ A **plan** is everything one call of a shape does: copies of the operands into a
 layout (if any), the kernel launch, C. :mod:`~helpers.kernels.matmul.tuned` builds a few
 candidates on a shape's first call, times each whole plan, and keeps the fastest.
 
+**The candidates** (:func:`~helpers.kernels.matmul.tuned.matmul_tuned`'s first call):
+
+* v6, autotuned, and v6 with the tuner's runner-up setting
+  (:func:`~helpers.kernels.matmul.tuned.runner_up`): the tuner times each setting once, and
+  a GPU that slows for a moment while it times one hands the win to another, so a second
+  measurement of the two best, as whole plans, guards the pick;
+* the persistent TMA kernel, autotuned, where the TMA takes the operands
+  (:func:`~helpers.kernels.matmul.persistent.usable`);
+* stream-K, where the persistent kernel's tiles leave the last wave part-empty, with the
+  persistent kernel's setting and with the widest tile
+  (:mod:`~helpers.kernels.matmul.streamk`);
+
+each on the operands as given and, when their rows do not start on 128-byte lines, on copies
+that do. "As given" means no copy by the plan: the persistent kernel still pads B itself
+where :func:`~helpers.kernels.matmul.persistent.pads_b` says so. Each plan is timed whole,
+copies included (:func:`time_plan`). The copy is one launch, built on the shape's first call
+and launched compiled after that (:mod:`~helpers.kernels.matmul.pack`): at these sizes the
+host's Python work per call would cost more than the copy.
+
 **Layout.** A row of A or B that does not start on a 128-byte line (K = 1000 in fp16: each
 row is 2,000 bytes, 16 lines less 48 bytes) makes each 128-byte piece of it straddle two
 lines of L2, and a row that does not even start on 16 bytes (K = 1999) rules out 16-byte

@@ -15,6 +15,11 @@ settings:
   fits and is worth timing, shapes bucketed to powers of two.
 * :mod:`matmul_plan`: what a call does around the kernel (operands copied into rows of
   whole 128-byte lines or not), timing whole plans, and keeping the winner on disk.
+* :mod:`~helpers.kernels.matmul.persistent` and :mod:`~helpers.kernels.matmul.streamk`: the
+  kernels for what no setting of v6 fixes, many tiles (one program per SM, fed by the TMA)
+  and a part-empty last wave (K steps shared out). The persistent kernel is tuned on its
+  own, stream-K runs with its setting and with the widest tile, and each is timed against
+  v6 as a whole plan.
 * :func:`matmul_tuned`: ``@triton.autotune`` over the pruned space on a GPU. In CPU mode
   the autotuner cannot run (it needs a driver to time with): one small fixed setting,
   or the one passed in; :func:`try_space` runs any list of candidates once, to check
