@@ -222,10 +222,10 @@ def test_wrong_weight_shapes_are_refused(gate_up, down, message):
 # --------------------------------------------------------------------------------------
 
 
+# Each (shape, dtype) tunes five kernels afresh: a few shapes keep the run to a minute.
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,atol,rtol", GPU_TABLE, ids=dtype_ids)
-@pytest.mark.parametrize("shape", [(300, 16, 2, 256, 512), (513, 64, 8, 512, 256),
-                                   (77, 32, 4, 200, 136), (1, 8, 2, 128, 96)],
+@pytest.mark.parametrize("dtype,atol,rtol", [GPU_TABLE[0], GPU_TABLE[2]], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shape", [(300, 16, 2, 256, 512), (77, 32, 4, 200, 136)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_compiled_gradients_at_moderate_sizes(shape, dtype, atol, rtol):
     check_layer(*shape, dtype, atol, rtol)

@@ -168,10 +168,8 @@ def grouped_weight_grad_kernel(a_ptr, a_rows_ptr, b_ptr, b_rows_ptr, scale_ptr, 
 # in its epilogue; the forward SwiGLU's space fits it.
 SWIGLU_BACKWARD_SPACE = [
     TileConfig(128, 128, 64, num_warps=8, num_stages=3),
-    TileConfig(128, 128, 64, num_warps=8, num_stages=4),
     TileConfig(128, 64, 64, num_warps=4, num_stages=4),
     TileConfig(64, 128, 64, num_warps=4, num_stages=4),
-    TileConfig(128, 256, 64, num_warps=8, num_stages=3),
     TileConfig(64, 64, 64, num_warps=4, num_stages=4),
     TileConfig(32, 64, 64, num_warps=4, num_stages=4),
 ]
@@ -179,9 +177,7 @@ SWIGLU_BACKWARD_SPACE = [
 # expert's rows (a few hundred at 128 experts), so deeper pipelines pay less than there.
 WEIGHT_GRAD_SPACE = [
     TileConfig(128, 128, 64, num_warps=8, num_stages=3),
-    TileConfig(128, 128, 64, num_warps=4, num_stages=4),
     TileConfig(128, 256, 64, num_warps=8, num_stages=3),
-    TileConfig(256, 128, 64, num_warps=8, num_stages=3),
     TileConfig(128, 128, 32, num_warps=4, num_stages=5),
     TileConfig(64, 128, 64, num_warps=4, num_stages=4),
     TileConfig(64, 64, 64, num_warps=4, num_stages=4),
