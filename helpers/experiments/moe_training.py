@@ -160,7 +160,7 @@ ROUNDS = 3
 def _timings(s, versions, tokens, dtype) -> dict:
     x = _randn((tokens, s.hidden), dtype, seed=910)
     dout = _randn((tokens, s.hidden), dtype, seed=911)
-    flops = expert_flops(tokens, s.top_k, s.hidden, s.width)
+    flops = expert_flops(tokens * s.top_k, s.hidden, s.width)
     fns, rows = {}, {}
     for name, v in versions.items():
         if isinstance(v, str):
