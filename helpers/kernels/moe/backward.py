@@ -103,8 +103,15 @@ def swiglu_backward_kernel(dout_ptr, rows_ptr, wd_ptr, pre_ptr, scale_ptr, dpre_
     sig = tl.sigmoid(g)
     silu = g * sig
     # ds_r = <dout[t], y[r]> = <dout[t] @ Wd^T, h[r]>: this tile's share, summed on the host.
+    # The shares sit one a 16 columns (the narrowest tile): a tile writes its share and zeros
+    # over the slots it spans, so every slot of a row is written by whatever tile size runs
+    # (the autotuner's trial runs of other sizes leave nothing stale behind).
     partial = tl.sum(acc * silu * u, axis=1)
-    tl.store(ds_ptr + offs_m.to(tl.int64) * stride_ds + pid_n, partial, mask=real)
+    SLOTS: tl.constexpr = BLOCK_N // 16
+    slot = tl.arange(0, SLOTS)
+    shares = tl.where(slot[None, :] == 0, partial[:, None], 0.0)
+    tl.store(ds_ptr + offs_m.to(tl.int64)[:, None] * stride_ds + pid_n * SLOTS + slot[None, :],
+             shares, mask=real[:, None] & (pid_n * SLOTS + slot[None, :] < stride_ds))
     s = tl.load(scale_ptr + offs_m, mask=real, other=0.0).to(tl.float32)
     dh = acc * s[:, None]
     dg = dh * u * sig * (1.0 + g * (1.0 - sig))                  # d silu(g) / dg
@@ -236,9 +243,7 @@ def swiglu_backward(dout, rows, counts, w_down, pre, scale, config=None):
     wd_t = w_down.transpose(1, 2)                      # (E, H, I): Wd^T, a view
     extra = _setting(config)
     kernel = swiglu_backward_tuned if extra is None else swiglu_backward_fixed
-    block_n = (extra or {}).get("BLOCK_N", min(c.block_n for c in SWIGLU_BACKWARD_SPACE))
-    # One partial a column tile; tuned launches size it for the narrowest tile of the space.
-    ds = torch.zeros((R, triton.cdiv(I, block_n)), device=pre.device, dtype=torch.float32)
+    ds = torch.empty((R, triton.cdiv(I, 16)), device=pre.device, dtype=torch.float32)
 
     def grid(meta):
         return (min(R, R // meta["BLOCK_M"] + E) * triton.cdiv(I, meta["BLOCK_N"]),)
