@@ -18,8 +18,9 @@ Given ``dout = dL/dout`` (``T x H``), the chain rule walks it back, one line a k
    side as ``dpre`` (``R x 2I``). The same tile gives the routing weight's gradient,
    ``ds_r = <dout[t], y[r]> = <dout[t] @ Wd[e]^T, h[r]>``: one partial sum per column tile,
    so ``y`` need not be kept.
-2. :func:`grouped_weight_grad` twice: ``dWd[e] = h_e^T @ (s * dout[rows_e])`` and
-   ``d[Wg|Wu][e] = x[rows_e]^T @ dpre_e``. These are the new shape: each expert's output
+2. :func:`grouped_weight_grad` twice: ``dWd[e] = h_e^T @ dy_e`` with ``dy = s * dout[rows]``
+   and ``d[Wg|Wu][e] = xs_e^T @ dpre_e`` with ``xs = x[rows]``, both sets of rows written
+   out first by :func:`gather_rows` (one pass each). These are the new shape: each expert's output
    is a fixed ``M x N`` weight, and the *reduction* runs over that expert's rows, as many
    as the router sent, zero for an idle expert (whose gradient is then exactly 0). One
    program per tile of one expert's weight; the rows are the loop.
@@ -127,21 +128,20 @@ def swiglu_backward_kernel(dout_ptr, rows_ptr, wd_ptr, pre_ptr, scale_ptr, dpre_
 
 
 @triton.jit
-def grouped_weight_grad_kernel(a_ptr, a_rows_ptr, b_ptr, b_rows_ptr, scale_ptr, c_ptr,
-                               offsets_ptr, M, N, E, R_BUCKET,
+def grouped_weight_grad_kernel(a_ptr, b_ptr, c_ptr, offsets_ptr, M, N, E, R_BUCKET,
                                stride_am, stride_ak, stride_bm, stride_bn,
                                stride_ce, stride_cm, stride_cn,
-                               A_GATHER: tl.constexpr, B_GATHER: tl.constexpr,
-                               SCALE: tl.constexpr, BLOCK_M: tl.constexpr,
-                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                               GROUP_M: tl.constexpr, EVEN_M: tl.constexpr,
-                               EVEN_N: tl.constexpr):
-    """``C[e] = sum over rows r of expert e of A[ra]^T (s_r * B[rb])``: ``M x N`` a expert.
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
+    """``C[e] = A_e^T @ B_e``, ``M x N`` an expert, where ``A_e`` and ``B_e`` are expert
+    ``e``'s sorted rows ``offsets[e] : offsets[e + 1]`` of ``A`` and ``B``.
 
-    ``ra = a_rows[r]`` with ``A_GATHER`` (else ``r``), likewise ``rb``; ``s_r = scale[r]``
-    with ``SCALE``. Expert ``e``'s rows are ``offsets[e] : offsets[e + 1]``; the grid runs
-    every tile of every expert's ``C``, the experts one after another, so the rows of one
-    expert are read by its tiles while they are still in L2.
+    The grid runs every tile of every expert's ``C``, the experts one after another, so
+    the rows of one expert are read by its tiles while they are still in L2. Both operands
+    are sorted rows already (:func:`gather_rows`): gathering inside this loop, or scaling
+    B's rows there, cost the H200 1.3-1.9x the time of the plain loop (measured at both
+    lesson shapes), more than one pass that writes the rows out.
     """
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(axis=0)
@@ -157,27 +157,34 @@ def grouped_weight_grad_kernel(a_ptr, a_rows_ptr, b_ptr, b_rows_ptr, scale_ptr, 
     for r0 in range(start, end, BLOCK_K):
         offs_r = r0 + tl.arange(0, BLOCK_K)
         valid = offs_r < end
-        if A_GATHER:
-            ra = tl.load(a_rows_ptr + offs_r, mask=valid, other=0)
-        else:
-            ra = offs_r
-        if B_GATHER:
-            rb = tl.load(b_rows_ptr + offs_r, mask=valid, other=0)
-        else:
-            rb = offs_r
         # A^T's tile: BLOCK_M features (contiguous in memory) by BLOCK_K rows.
-        a = tl.load(a_ptr + ra.to(tl.int64)[None, :] * stride_am + m_in[:, None] * stride_ak,
+        a = tl.load(a_ptr + offs_r.to(tl.int64)[None, :] * stride_am + m_in[:, None] * stride_ak,
                     mask=valid[None, :], other=0.0)
-        b = tl.load(b_ptr + rb.to(tl.int64)[:, None] * stride_bm + n_in[None, :] * stride_bn,
+        b = tl.load(b_ptr + offs_r.to(tl.int64)[:, None] * stride_bm + n_in[None, :] * stride_bn,
                     mask=valid[:, None], other=0.0)
-        if SCALE:
-            s = tl.load(scale_ptr + offs_r, mask=valid, other=0.0).to(tl.float32)
-            b = (b.to(tl.float32) * s[:, None]).to(b_ptr.dtype.element_ty)
         acc = tl.dot(a, b, acc)
     c_ptrs = c_ptr + expert.to(tl.int64) * stride_ce + offs_m.to(tl.int64)[:, None] * stride_cm \
         + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def gather_rows_kernel(src_ptr, rows_ptr, scale_ptr, out_ptr, R, H, stride_s, stride_o,
+                       SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr):
+    """``out[r] = scale[r] * src[rows[r]]`` (``SCALE``) or ``src[rows[r]]``: one pass,
+    the product in fp32 and rounded once."""
+    offs_r = tl.program_id(axis=0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_h = tl.program_id(axis=1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    in_r, in_h = offs_r < R, offs_h < H
+    src = tl.load(rows_ptr + offs_r, mask=in_r, other=0).to(tl.int64)
+    v = tl.load(src_ptr + src[:, None] * stride_s + offs_h[None, :],
+                mask=in_r[:, None] & in_h[None, :], other=0.0)
+    if SCALE:
+        s = tl.load(scale_ptr + offs_r, mask=in_r, other=0.0)
+        v = v.to(tl.float32) * s[:, None]
+    tl.store(out_ptr + offs_r.to(tl.int64)[:, None] * stride_o + offs_h[None, :],
+             v.to(out_ptr.dtype.element_ty), mask=in_r[:, None] & in_h[None, :])
 
 
 # --------------------------------------------------------------------------------------
@@ -213,8 +220,7 @@ swiglu_backward_tuned = triton.autotune(
     cache_results=True)(swiglu_backward_fixed)
 
 weight_grad_tuned = triton.autotune(
-    _triton_configs(WEIGHT_GRAD_SPACE), key=["M", "N", "E", "R_BUCKET", "A_GATHER",
-                                              "B_GATHER", "SCALE"],
+    _triton_configs(WEIGHT_GRAD_SPACE), key=["M", "N", "E", "R_BUCKET"],
     cache_results=True)(weight_grad_fixed)
 
 
@@ -254,28 +260,38 @@ def swiglu_backward(dout, rows, counts, w_down, pre, scale, config=None):
     return dpre, ds.sum(dim=1)
 
 
-def grouped_weight_grad(a, a_rows, b, b_rows, scale, offsets, experts: int, config=None):
-    """Step 2: ``C[e] = A[a_rows[r]]^T @ (scale[r] * B[b_rows[r]])`` summed over expert
-    ``e``'s sorted rows ``r`` in ``offsets[e] : offsets[e + 1]``: ``(E, M, N)`` in ``a``'s
-    dtype, with ``M = a.shape[1]`` and ``N = b.shape[1]``.
+def gather_rows(src, rows, scale=None, block_r: int = 16, block_h: int = 256):
+    """``src[rows]``, each row times ``scale[r]`` (fp32) if given: ``(R, H)`` in ``src``'s
+    dtype. ``src`` must have contiguous rows."""
+    R, H = rows.numel(), src.shape[1]
+    out = torch.empty((R, H), device=src.device, dtype=src.dtype)
+    if R == 0:
+        return out
+    if src.stride(1) != 1:
+        raise ValueError(f"gather_rows needs rows stored contiguously; got strides {src.stride()}")
+    if runtime.is_cpu():
+        block_h = min(block_h, 64)
+    grid = (triton.cdiv(R, block_r), triton.cdiv(H, block_h))
+    gather_rows_kernel[grid](src, rows, scale if scale is not None else src, out, R, H,
+                             src.stride(0), out.stride(0), SCALE=scale is not None,
+                             BLOCK_R=block_r, BLOCK_H=block_h)
+    return out
 
-    ``a_rows``/``b_rows`` (int32, one a sorted row) gather rows from ``a``/``b``; ``None``
-    reads sorted row ``r`` itself. ``scale`` (fp32, one a sorted row) or ``None``.
-    """
-    M, N = a.shape[1], b.shape[1]
+
+def grouped_weight_grad(a, b, offsets, experts: int, config=None):
+    """Step 2: ``C[e] = A_e^T @ B_e`` over expert ``e``'s sorted rows ``offsets[e] :
+    offsets[e + 1]`` of ``a`` (``R x M``) and ``b`` (``R x N``): ``(E, M, N)`` in ``a``'s
+    dtype. An expert with no rows gets zeros."""
+    (R, M), N = a.shape, b.shape[1]
+    if b.shape[0] != R:
+        raise ValueError(f"a and b must have one row per sorted copy; got {R} and {b.shape[0]}")
     c = torch.empty((experts, M, N), device=a.device, dtype=a.dtype)
-    R = int(a_rows.numel() if a_rows is not None else
-            b_rows.numel() if b_rows is not None else a.shape[0])
     extra = _setting(config)
     kernel = weight_grad_tuned if extra is None else weight_grad_fixed
 
     def grid(meta):
         return (experts * triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
 
-    dummy = offsets
-    kernel[grid](a, a_rows if a_rows is not None else dummy, b,
-                 b_rows if b_rows is not None else dummy, scale if scale is not None else dummy,
-                 c, offsets, M, N, experts, bucket(R), *a.stride(), *b.stride(), *c.stride(),
-                 A_GATHER=a_rows is not None, B_GATHER=b_rows is not None,
-                 SCALE=scale is not None, **(extra or {}))
+    kernel[grid](a, b, c, offsets, M, N, experts, bucket(R), *a.stride(), *b.stride(),
+                 *c.stride(), **(extra or {}))
     return c

@@ -26,7 +26,7 @@ import torch
 
 from ...dtypes import FLOAT_DTYPES
 from ..checks import check_tensor
-from .backward import grouped_weight_grad, swiglu_backward
+from .backward import gather_rows, grouped_weight_grad, swiglu_backward
 from .grouped import combine, grouped_matmul, grouped_swiglu
 from .routing import route
 
@@ -60,8 +60,8 @@ class _Experts(torch.autograd.Function):
         dpre, ds = swiglu_backward(dout, d.rows, d.counts, down, pre, scale)
         d_weights = torch.zeros(weights.numel(), device=x.device, dtype=torch.float32)
         d_weights[d.order] = ds                             # dropped copies keep 0
-        d_down = grouped_weight_grad(h, None, dout, d.rows, scale, d.offsets, E)
-        d_gate_up = grouped_weight_grad(x, d.rows, dpre, None, None, d.offsets, E)
+        d_down = grouped_weight_grad(h, gather_rows(dout, d.rows, scale), d.offsets, E)
+        d_gate_up = grouped_weight_grad(gather_rows(x, d.rows), dpre, d.offsets, E)
         dx_rows = grouped_matmul(dpre, d.counts, gate_up.transpose(1, 2))     # (R, H)
         ones = torch.ones(d.position.shape, device=x.device, dtype=torch.float32)
         dx = combine(dx_rows, d.position, ones)             # each token sums its copies
