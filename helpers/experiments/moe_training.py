@@ -228,6 +228,29 @@ def _profile(s, versions, tokens, dtype, repeats: int = 3) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------------------
+# Reading a record's timing entry (the lesson's table and the performance report).
+# --------------------------------------------------------------------------------------
+
+
+def version(entry: dict, name: str) -> dict | None:
+    """Version ``name`` of a timing entry, if it ran."""
+    v = next((v for v in entry["versions"] if v["name"] == name), None)
+    return v if v is not None and "step" in v else None
+
+
+def fastest_baseline(entry: dict) -> dict | None:
+    """The faster ``torch._grouped_mm`` weight layout's entry, if either ran."""
+    runs = [v for v in (version(entry, n) for n in GMM.values()) if v]
+    return min(runs, key=lambda v: v["step"]["ms"]) if runs else None
+
+
+def speedup(entry: dict) -> float | None:
+    """How many times faster our forward + backward runs than the baseline's."""
+    ours, base = version(entry, OURS), fastest_baseline(entry)
+    return None if ours is None or base is None else base["step"]["ms"] / ours["step"]["ms"]
+
+
 @experiment("moe_training")
 def moe_training_experiment(smoke: bool = False) -> dict:
     """Forward and forward + backward of the layer, ours against torch._grouped_mm's

@@ -12,8 +12,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..experiments import autotuning as autotuning_experiment
-from .rows import (Context, RecordFieldError, Row, Value, by_peak, by_ratio, check_of, count,
-                   geomean_of, rate_of, ratio_of, summary, timing, versions)
+from .rows import (
+    Context,
+    RecordFieldError,
+    Row,
+    Value,
+    by_peak,
+    by_ratio,
+    check_of,
+    count,
+    failure,
+    geomean_of,
+    rate_of,
+    ratio_of,
+    summary,
+    timing,
+    versions,
+)
 from .targets import TARGETS
 
 
@@ -265,6 +280,35 @@ def moe(rec) -> list[Row]:
     return rows
 
 
+def moe_training(rec) -> list[Row]:
+    """Lesson 08's trainable layer: forward + backward beside autograd through
+    ``torch._grouped_mm`` (its faster weight layout), each shape and token count; the
+    targets at the token counts they hold at; ours counts as not run where its gradient
+    check failed."""
+    from ..experiments import moe_training as m
+
+    ctx = Context(rec)
+    res, rows = ctx.res, []
+    dtype = res["config"]["dtype"]
+    for e in res["timings"]:
+        key = e["shape"]
+        s = res["config"]["shapes"][key]
+        shape = f"{key} (E={s['experts']}, top-{s['top_k']}, H={s['hidden']}, I={s['width']})"
+        wrong = check_of(res["checks"][key][m.OURS])
+        o, b = e["versions"].one(name=m.OURS), m.fastest_baseline(e)
+        ours = Value(None, "TFLOP/s", wrong or failure(o)) if wrong or failure(o) else \
+            Value(o["step_tflops"], "TFLOP/s")
+        base = Value(None, "TFLOP/s", "did not run") if b is None else \
+            Value(b["step_tflops"], "TFLOP/s")
+        ratio = None if ours.number is None or b is None else b["step"]["ms"] / o["step"]["ms"]
+        held = e["tokens"] == res["config"]["target_tokens"][key]
+        rows.append(ctx.row("MoE layer forward + backward: " + m.OURS,
+                            f"{shape}, T={e['tokens']} {dtype}",
+                            b["name"] if b else "torch._grouped_mm autograd", ours, base, ratio,
+                            dtype, _if_set(f"moe_training_{key}") if held else []))
+    return rows
+
+
 def _if_set(target: str) -> list:
     """A ratio's target, where the course sets one (lesson 08's are per shape)."""
     return [(target, by_ratio)] if target in TARGETS else []
@@ -337,11 +381,11 @@ def fusion_more(rec) -> list[Row]:
 EXTRACTORS = {"memory_wall": memory_wall, "memory_levels": memory_levels,
               "vector_add": vector_add, "tiling": tiling, "tf32": tf32, "fusion": fusion,
               "fusion_more": fusion_more, "attention": attention, "autotuning": autotuning,
-              "moe": moe, "attention_decode": attention_decode}
+              "moe": moe, "attention_decode": attention_decode, "moe_training": moe_training}
 # A lesson's further experiments: the topic of the lesson each belongs to.
 TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fusion",
             "attention_tiles": "attention", "attention_decode": "attention",
-            "moe_parallel": "moe", "moe_parallel_4gpu": "moe",
+            "moe_parallel": "moe", "moe_parallel_4gpu": "moe", "moe_training": "moe",
             "profiles": "fusion", "tiling_ncu": "tiling", "noise": "roofline"}
 # Records with no course kernel timed beside a baseline, and why.
 NOT_REPORTED = {

@@ -20,6 +20,7 @@ from ..experiments import attention_decode as _AD
 from ..experiments import autotuning as _AT
 from ..experiments import fusion as _FU
 from ..experiments import moe as _MOE
+from ..experiments import moe_training as _MOE_TRAINING
 
 
 def number(v: float) -> str:
@@ -153,6 +154,12 @@ def _lesson_08() -> dict:
         _MOE.VS_DENSE, "x", f"lesson 08's experts, {k} shape, {n} tokens: {{goal}} the "
         "speed of a dense matmul of the same FLOPs", src.format("VS_DENSE"))
         for k, n in tokens.items()})
+    train = "helpers/experiments/moe_training.py, VS_GROUPED_MM; helpers/plots/moe.py, " \
+        "training_targets()"
+    out.update({f"moe_training_{k}": Target(
+        goal, "x", f"lesson 08's trainable layer, {k} shape, {tokens[k]} tokens: forward + "
+        "backward at {goal} the speed of autograd through torch._grouped_mm", train)
+        for k, goal in _MOE_TRAINING.VS_GROUPED_MM.items()})
     out.update({f"moe_layer_{k}": Target(
         goal, "x", f"lesson 08's layer, {k} shape, {tokens[k]} tokens: {{goal}} the speed of "
         "the per-expert loop", src.format("LAYER_VS_LOOP"))

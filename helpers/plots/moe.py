@@ -371,3 +371,44 @@ def targets(rec) -> list[dict]:
         add(f"layer vs loop, {at}, {_k(e['tokens'])} tokens", ratio(e, LOOP),
             LAYER_VS_LOOP[e["shape"]])
     return rows
+
+
+# --------------------------------------------------------------------------------------
+# The trainable layer (experiment moe_training): forward + backward.
+# --------------------------------------------------------------------------------------
+
+
+def training_rows(rec) -> list[dict]:
+    """One line per shape and token count: our forward, our forward + backward, the
+    baseline's, and the ratio."""
+    from ..experiments import moe_training as mt
+
+    rows = []
+    for e in rec.results["timings"]:
+        ours, base = mt.version(e, mt.OURS), mt.fastest_baseline(e)
+        s = rec.results["config"]["shapes"][e["shape"]]
+        rows.append({"experts": f"E={s['experts']}", "tokens": f"{e['tokens']:,}",
+                     "ours fwd ms": ours["forward"]["ms"] if ours else "failed",
+                     "ours fwd+bwd ms": ours["step"]["ms"] if ours else "failed",
+                     "_grouped_mm fwd+bwd ms": base["step"]["ms"] if base else "did not run",
+                     "ours TFLOP/s": ours["step_tflops"] if ours else "-",
+                     "speed-up": mt.speedup(e) or "-"})
+    return rows
+
+
+def training_targets(rec) -> list[dict]:
+    """Forward + backward against ``torch._grouped_mm``'s autograd at the token count each
+    target holds at, with a verdict (a ratio the record lacks counts as not met)."""
+    from ..experiments import moe_training as mt
+
+    rows = []
+    for e in rec.results["timings"]:
+        if e["tokens"] != rec.results["config"]["target_tokens"][e["shape"]]:
+            continue
+        value, goal = mt.speedup(e), mt.VS_GROUPED_MM[e["shape"]]
+        s = rec.results["config"]["shapes"][e["shape"]]
+        rows.append({"target": f"fwd+bwd vs _grouped_mm autograd, E={s['experts']}, "
+                               f"{_k(e['tokens'])} tokens",
+                     "measured": value, "goal": goal, "unit": "x", "at_most": False,
+                     "met": value is not None and value >= goal})
+    return rows

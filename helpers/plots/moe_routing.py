@@ -70,3 +70,23 @@ def draw_tiles(ax, counts, block_m: int, *, source: str = "") -> int:
            xlabel="sorted row (padded to whole tiles)", ylabel="tile", source=source,
            legend=False)
     return sum(tiles)
+
+
+def plot_balancing(runs: dict, axes=None):
+    """Lesson 08's load-balancing runs (:mod:`helpers.exercises.moe_balancing`): the busiest
+    expert's load over the mean at each step, and the task loss, one line per policy."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 4))
+    source = "trained just now on this machine (helpers.exercises.moe_balancing)"
+    for i, (policy, run) in enumerate(runs.items()):
+        steps = range(1, len(run.load_over_mean) + 1)
+        axes[0].plot(steps, run.load_over_mean, color=f"C{i}", label=policy)
+        axes[1].plot(steps, run.task_loss, color=f"C{i}", label=policy)
+    axes[0].axhline(1.0, color="0.3", ls=":", lw=1, label="even load")
+    finish(axes[0], title="Busiest expert's load while the router trains", xlabel="step",
+           ylabel="busiest expert / mean (copies)", source=source)
+    axes[1].set_yscale("log")
+    finish(axes[1], title="Task loss", xlabel="step", ylabel="mean squared error", source=source)
+    return axes

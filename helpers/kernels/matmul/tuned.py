@@ -6,20 +6,17 @@ small ``M x N`` gives it a handful of tiles for 132 SMs. Nothing in the kernel i
 for those shapes; its *settings* are. This module keeps the kernel and widens the
 settings:
 
-* :func:`matmul_kernel_v6` is v3 plus **split-K**: with ``SPLIT_K > 1`` a second grid axis
-  cuts the K loop into slices, each program writes an fp32 partial tile to a workspace,
-  and the last slice of each tile to finish sums them and writes C. More programs for shapes with
-  few output tiles, at the price of ``SPLIT_K`` partial tiles written and read back.
+* :func:`matmul_kernel_v6` is v3 plus **split-K**: ``SPLIT_K > 1`` slices the K loop over a
+  second grid axis, fp32 partial tiles go to a workspace and the last slice to finish sums
+  them: more programs for few output tiles, at the price of the partials' traffic.
 * :data:`CONFIG_SPACE`, :func:`prune`, :func:`shape_key` (in :mod:`matmul_space`): the
   candidate settings (each a :class:`~helpers.kernels.matmul.config.TileConfig`), what
   fits and is worth timing, shapes bucketed to powers of two.
 * :mod:`matmul_plan`: what a call does around the kernel (operands copied into rows of
   whole 128-byte lines or not), timing whole plans, and keeping the winner on disk.
-* :mod:`~helpers.kernels.matmul.persistent` and :mod:`~helpers.kernels.matmul.streamk`: the
-  kernels for what no setting of v6 fixes, many tiles (one program per SM, fed by the TMA)
-  and a part-empty last wave (K steps shared out). The persistent kernel is tuned on its
-  own, stream-K runs with its setting and with the widest tile, and each is timed against
-  v6 as a whole plan.
+* :mod:`~helpers.kernels.matmul.persistent` and :mod:`~helpers.kernels.matmul.streamk`:
+  many tiles (one program per SM, fed by the TMA) and a part-empty last wave (K steps
+  shared out), each timed against v6 as a whole plan.
 * :func:`matmul_tuned`: ``@triton.autotune`` over the pruned space on a GPU. In CPU mode
   the autotuner cannot run (it needs a driver to time with): one small fixed setting,
   or the one passed in; :func:`try_space` runs any list of candidates once, to check

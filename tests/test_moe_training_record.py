@@ -1,0 +1,66 @@
+"""Lesson 08's trainable layer on a GPU (experiment moe_training): its sizes, and the
+committed record: complete, every gradient checked, the report's rows and the lesson's
+table agreeing, and the targets the lesson says are met met."""
+
+import pytest
+
+from helpers.experiments import moe as forward_experiment
+from helpers.experiments import moe_training as experiment
+from helpers.performance import extractors
+from helpers.plots import moe as plots
+
+from support import committed_record  # tests/support.py
+
+
+def test_the_targets_hold_at_measured_token_counts():
+    assert set(experiment.VS_GROUPED_MM) == set(experiment.TOKENS) == set(experiment.SHAPES)
+    for key, tokens in forward_experiment.TARGET_TOKENS.items():
+        assert tokens in experiment.TOKENS[key], f"{key}: the target's token count is timed"
+
+
+@pytest.fixture(scope="module")
+def rec():
+    from helpers import records
+
+    have = records.available("moe_training")
+    return committed_record("moe_training", have[0] if have else None)
+
+
+def test_every_version_ran_and_every_gradient_is_checked(rec):
+    res = rec.results
+    assert not res["config"]["smoke"] and res["config"]["dtype"] == "bf16"
+    for key, checks in res["checks"].items():
+        for name in (experiment.OURS, *experiment.GMM.values()):
+            c = checks[name]
+            assert "error" not in c, f"{key} {name}: {c}"
+            assert c["ok"] and set(c["relative_errors"]) == {"x", "router", "gate_up", "down"}
+    shapes = {(e["shape"], e["tokens"]) for e in res["timings"]}
+    assert shapes == {(k, t) for k, ts in experiment.TOKENS.items() for t in ts}
+    for e in res["timings"]:
+        for v in e["versions"]:
+            assert "step" in v and v["step"]["ms"] > v["forward"]["ms"] > 0, (e["shape"], v)
+
+
+def test_the_lessons_table_and_the_report_agree(rec):
+    rows = extractors.moe_training(rec)
+    assert len(rows) == len(rec.results["timings"])
+    for row, e in zip(rows, rec.results["timings"]):
+        assert row.ratio == pytest.approx(experiment.speedup(e))
+    targets = plots.training_targets(rec)
+    assert len(targets) == len(experiment.VS_GROUPED_MM)
+    held = [r for r in rows if r.verdicts]
+    assert [v.met for r in held for v in r.verdicts] == [t["met"] for t in targets]
+
+
+def test_the_many_experts_target_is_met_and_its_win_is_the_forwards(rec):
+    """The lesson says: at 128 experts forward + backward is at least the baseline's speed,
+    and the margin comes from the forward (the baseline's SwiGLU and combine are separate
+    passes over the rows), not from a backward faster than CUTLASS's."""
+    (t,) = [t for t in plots.training_targets(rec) if "E=128" in t["target"]]
+    assert t["met"], t
+    e = next(e for e in rec.results["timings"] if e["shape"] == "many_small"
+             and e["tokens"] == rec.results["config"]["target_tokens"]["many_small"])
+    ours = next(v for v in e["versions"] if v["name"] == experiment.OURS)
+    base = experiment.fastest_baseline(e)
+    assert base["forward"]["ms"] / ours["forward"]["ms"] > experiment.speedup(e)
+    assert experiment.speedup(e) < 1.5, "a win over 1.5x needs the lesson's explanation"
