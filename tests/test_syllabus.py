@@ -31,3 +31,24 @@ def test_readme_has_the_two_commands():
     assert "./course lab" in readme and "./course test" in readme
     ci = ROOT / ".ci" / "run"           # the course's CI (a student release has none)
     assert not ci.parent.exists() or "exec ./course test" in ci.read_text()
+
+
+# A lesson is read in one sitting: its prose (markdown cells, every whitespace-separated
+# word, formulas and links included) stays at most this long; the course's own machinery
+# belongs in the helpers' docstrings.
+MAX_LESSON_WORDS = 2500
+
+
+def markdown_words(path) -> int:
+    import json
+
+    cells = json.loads(path.read_text())["cells"]
+    return sum(len(re.findall(r"\S+", "".join(c["source"]))) for c in cells
+               if c["cell_type"] == "markdown")
+
+
+def test_every_lesson_reads_in_one_sitting():
+    long = {lesson.file: n for lesson in LESSONS
+            if (n := markdown_words(ROOT / "notebooks" / lesson.file)) > MAX_LESSON_WORDS}
+    assert not long, (f"lessons over {MAX_LESSON_WORDS:,} markdown words: {long}; cut repetition "
+                      "and move the course's machinery into the helpers' docstrings")
