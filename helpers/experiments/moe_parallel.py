@@ -10,6 +10,9 @@ time kept is the largest over the ranks, then the median over runs):
   whole layer: route, exchange, experts, exchange back, combine;
 * ``overlapped_ms``: :func:`~helpers.kernels.moe.parallel.ep_forward_overlapped` with
   ``chunks`` slices, the all-to-alls running under the experts' GEMMs;
+* ``dedup_ms``: :func:`~helpers.kernels.moe.parallel.ep_forward_dedup`, a token sent once
+  per destination rank; ``bytes_sent_per_rank_dedup`` the rows that leave the busiest
+  sender then, beside the napkin math's ``bytes_sent_per_rank_dedup_uniform``;
 * ``all_to_all_ms``: the token rows' all-to-all alone (same split sizes), and the GB/s it
   achieves on the bytes that leave each rank; ``experts_ms``: the local experts alone on
   the rows received. Overlap can at best hide the exchanges behind the experts:
@@ -122,13 +125,13 @@ def _check(rank, world, w, shard, top_k, T, dtype, device) -> dict:
     x = x_all[rank * T:(rank + 1) * T]
     atol, rtol = moe.TOLERANCES[dtype]
     errs, bad = [], 0.0
-    for f in (ep.ep_forward_sequential, ep.ep_forward_overlapped):
+    for f in (ep.ep_forward_sequential, ep.ep_forward_overlapped, ep.ep_forward_dedup):
         err = (f(x, shard, top_k).float() - want).abs()
         errs.append(err.max().item() if err.numel() else 0.0)
         bad = max(bad, float(not bool((err <= atol + rtol * want.abs()).all())))
-    seq, ovl, bad = _slowest([*errs, bad], device)
-    return {"max_abs_err_sequential": seq, "max_abs_err_overlapped": ovl, "atol": atol,
-            "rtol": rtol, "ok": bad == 0.0}
+    seq, ovl, dedup, bad = _slowest([*errs, bad], device)
+    return {"max_abs_err_sequential": seq, "max_abs_err_overlapped": ovl,
+            "max_abs_err_dedup": dedup, "atol": atol, "rtol": rtol, "ok": bad == 0.0}
 
 
 def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
@@ -142,15 +145,19 @@ def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
     by_chunks = {str(c): (ovl_ms if c == chunks else _time_ms(
         lambda c=c: ep.ep_forward_overlapped(x, shard, top_k, c), cfg, device))
         for c in sorted({2, chunks})}
+    dedup_ms = _time_ms(lambda: ep.ep_forward_dedup(x, shard, top_k), cfg, device)
     p = ep.plan(x, shard, top_k)
     send, recv = p.send_splits[0], p.recv_splits[0]
+    goes = ep.destinations(moe.route(x @ shard.router, top_k)[1], len(shard.gate), world)
     x_recv = torch.empty((sum(recv), H), dtype=dtype, device=device)
     a2a_ms = _time_ms(lambda: dist.all_to_all_single(x_recv, p.send, recv, send), cfg, device)
     experts_ms = _time_ms(lambda: ep.local_forward(x_recv, p.recv_counts[:, 0], shard), cfg,
                           device)
     row_bytes = H * x.element_size()
     # Measured: the bytes that leave the busiest sender, the rows of the busiest receiver.
-    away, rows_in = _slowest([(sum(send) - send[rank]) * row_bytes, sum(recv)], device)
+    away, rows_in, away_dedup = _slowest([(sum(send) - send[rank]) * row_bytes, sum(recv),
+                                          int(goes.sum() - goes[:, rank].sum()) * row_bytes],
+                                         device)
     mean_in = T * top_k
     expected = intensity.bytes_sent_per_rank(T, top_k, H, world, dtype)
     return {
@@ -161,6 +168,9 @@ def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
         "experts_tflops": intensity.expert_flops(int(rows_in), H, I) / (experts_ms * 1e-3) / 1e12
         if experts_ms > 0 else None,
         "bytes_sent_per_rank": away, "bytes_sent_per_rank_uniform": expected,
+        "dedup_ms": dedup_ms, "bytes_sent_per_rank_dedup": away_dedup,
+        "bytes_sent_per_rank_dedup_uniform": intensity.bytes_sent_per_rank_dedup(
+            T, top_k, H, world, shard.router.shape[1], dtype),
         "napkin_exchange_ms": intensity.exchange_ms(T, top_k, H, world, dtype,
                                                     cfg["link_gb_per_s"]),
         "rows_received_max": int(rows_in), "rows_received_mean": mean_in,

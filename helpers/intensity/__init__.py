@@ -59,4 +59,4 @@ from .attention_passes import (  # noqa: F401
     attention_materialised, attention_tiled, ATTENTION_VERSIONS, attention, ATTENTION_PASSES)
 from .moe import (  # noqa: F401
     expert_flops, active_fraction, tiles_per_expert, padding_rows, bytes_sent_per_rank,
-    exchange_ms)
+    bytes_sent_per_rank_dedup, remote_ranks_per_token, exchange_ms)

@@ -17,6 +17,7 @@ counts from :func:`helpers.kernels.moe.dispatch`, NumPy integers).
 
 from __future__ import annotations
 
+import math
 import operator
 
 from ..dtypes import element_size as element_bytes
@@ -77,6 +78,28 @@ def bytes_sent_per_rank(tokens: int, top_k: int, hidden: int, world: int, dtype)
     _positive(top_k=top_k, hidden=hidden)
     tokens = _count("tokens", tokens)
     return tokens * top_k * (world - 1) / world * hidden * element_bytes(dtype)
+
+
+def remote_ranks_per_token(top_k: int, experts: int, world: int) -> float:
+    """Other ranks a token reaches when its ``top_k`` experts are drawn at random from
+    ``experts`` split evenly over ``world`` ranks: each of the ``world - 1`` others is
+    reached unless all ``top_k`` experts miss its ``experts / world``."""
+    _positive(top_k=top_k, experts=experts)
+    if _count("world", world) < 1 or experts % world or top_k > experts:
+        raise ValueError(f"need 1 <= world dividing experts and top_k <= experts; got "
+                         f"world={world!r}, experts={experts}, top_k={top_k}")
+    miss = math.comb(experts - experts // world, top_k) / math.comb(experts, top_k)
+    return (world - 1) * (1 - miss)
+
+
+def bytes_sent_per_rank_dedup(tokens: int, top_k: int, hidden: int, world: int,
+                              experts: int, dtype) -> float:
+    """:func:`bytes_sent_per_rank` when a token goes once to each rank holding any of its
+    experts (DeepEP's dispatch), under uniform routing. The ids and weights beside each
+    row (``2 top_k`` numbers) are left out: a few hundredths of a row of thousands."""
+    _positive(hidden=hidden)
+    tokens = _count("tokens", tokens)
+    return tokens * remote_ranks_per_token(top_k, experts, world) * hidden * element_bytes(dtype)
 
 
 def exchange_ms(tokens: int, top_k: int, hidden: int, world: int, dtype,

@@ -49,7 +49,7 @@ from .grouped import combine, grouped_matmul, grouped_swiglu
 
 __all__ = [
     "local_experts", "shard_weights", "check_expert_parallel", "Plan", "plan", "local_forward",
-    "ep_forward_sequential", "ep_forward_overlapped",
+    "ep_forward_sequential", "ep_forward_overlapped", "ep_forward_dedup", "destinations",
 ]
 
 
@@ -260,3 +260,67 @@ def ep_forward_overlapped(x: torch.Tensor, w: MoEWeights, top_k: int, chunks: in
     for work in back:
         work.wait()
     return combine(y_back, p.d.position, p.weights)
+
+
+# --------------------------------------------------------------------------------------
+# Once per destination rank: the token travels once, its copies fan out on arrival.
+# --------------------------------------------------------------------------------------
+
+
+def _fan_out(x_recv, local_ids, local_weights, w: MoEWeights) -> torch.Tensor:
+    """The local experts on received tokens, each with up to ``top_k`` local experts
+    (``local_ids``, -1 where a slot went elsewhere): one weighted sum per token.
+
+    The empty slots are routed to a pretend expert ``E/world`` that sorts last, so the
+    real copies are a prefix of the sorted order: the grouped GEMMs run on that prefix
+    and the combine reads -1 (nothing) for the rest.
+    """
+    per = w.gate.shape[0]
+    d = dispatch(torch.where(local_ids < 0, per, local_ids), per + 1, check=False)
+    real = int(d.offsets[per])                     # a host read: the rows to compute
+    h = grouped_swiglu(x_recv, d.rows[:real], d.counts[:per], w.gate, w.up)
+    y = grouped_matmul(h, d.counts[:per], w.down)
+    position = torch.where(d.position < real, d.position, -1)
+    return combine(y, position, local_weights)
+
+
+def destinations(ids: torch.Tensor, per: int, world: int) -> torch.Tensor:
+    """``(T, world)`` booleans: whether token ``t`` has an expert on rank ``r``."""
+    goes = torch.zeros((ids.shape[0], world), dtype=torch.bool, device=ids.device)
+    return goes.scatter_(1, ids // per, True)
+
+
+def ep_forward_dedup(x: torch.Tensor, w: MoEWeights, top_k: int, group=None) -> torch.Tensor:
+    """This rank's ``(T, H)`` outputs, each token sent once to each rank holding any of its
+    experts (with its local experts' ids and weights beside it), one partial sum back.
+
+    A *pair* is (token, destination rank); pairs go out grouped by rank, tokens in order.
+    Three all-to-alls there (counts, then rows and the ``2 top_k`` numbers of each pair)
+    and one back; the partial sums of a token are added in rank order (no atomics).
+    """
+    world = _world(group)
+    per = check_expert_parallel(x, w, top_k, world)
+    T = x.shape[0]
+    weights, ids = route(x @ w.router, top_k)
+    dest = ids // per                                                  # (T, top_k)
+    goes = destinations(ids, per, world)
+    pair_rank, pair_token = goes.T.nonzero(as_tuple=True)             # rank-major
+    send_counts = goes.sum(dim=0)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts, group=group)
+    send_splits, recv_splits = (c.tolist() for c in torch.stack([send_counts, recv_counts]).cpu())
+    # Each pair's copies on its rank: local expert ids (-1 elsewhere) and routing weights.
+    mine = dest[pair_token] == pair_rank[:, None]
+    meta = torch.cat([torch.where(mine, ids[pair_token] - pair_rank[:, None] * per, -1).float(),
+                      torch.where(mine, weights[pair_token].float(), 0.0)], dim=1)
+    x_recv, meta_recv = _rows(sum(recv_splits), x), _rows(sum(recv_splits), meta)
+    _exchange(x_recv, x.index_select(0, pair_token), recv_splits, send_splits, group, False)
+    _exchange(meta_recv, meta, recv_splits, send_splits, group, False)
+    partial = _fan_out(x_recv, meta_recv[:, :top_k].long(),
+                       meta_recv[:, top_k:].contiguous(), w)
+    back = _rows(pair_token.numel(), x)
+    _exchange(back, partial, send_splits, recv_splits, group, False)
+    # Token t's partial sums: pair rows position[t, r], -1 where t did not go to rank r.
+    position = torch.full((T, world), -1, dtype=torch.long, device=x.device)
+    position[pair_token, pair_rank] = torch.arange(pair_token.numel(), device=x.device)
+    return combine(back, position, torch.ones((T, world), device=x.device))
