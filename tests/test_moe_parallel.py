@@ -173,7 +173,7 @@ def test_uniform_routing_sends_what_the_napkin_says():
 
 def test_a_token_sent_once_per_rank_sends_what_the_napkin_says():
     """The same, sending a token once to each other rank holding any of its experts; and
-    the lesson's shape: top-8 of 128 experts on 8 ranks reaches about 5.3 ranks."""
+    the lesson's many-small-experts shape on 8 ranks: a token reaches about 5.3 ranks."""
     T, world, experts, top_k = 4000, 4, 16, 4
     w = moe.make_weights(experts, H, I, device="cpu", seed=3)
     x = torch.randn(T, H, generator=torch.Generator().manual_seed(4))
@@ -183,7 +183,9 @@ def test_a_token_sent_once_per_rank_sends_what_the_napkin_says():
     want = intensity.bytes_sent_per_rank_dedup(T, top_k, H, world, experts, "fp32")
     assert leave == pytest.approx(want, rel=0.1)
     assert want < intensity.bytes_sent_per_rank(T, top_k, H, world, "fp32")
-    reached = intensity.remote_ranks_per_token(8, 128, 8) + 1 - comb(112, 8) / comb(128, 8)
+    s, ranks = moe.MANY_SMALL, 8          # the lesson's many-small-experts shape
+    home = 1 - comb(s.experts - s.experts // ranks, s.top_k) / comb(s.experts, s.top_k)
+    reached = intensity.remote_ranks_per_token(s.top_k, s.experts, ranks) + home
     assert reached == pytest.approx(5.3, abs=0.05)
     assert intensity.remote_ranks_per_token(1, 8, 2) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="world dividing experts"):
