@@ -122,8 +122,22 @@ def test_check_end_to_end():
     assert "other kernels" in ex.check_end_to_end(2.5, p, k).message
     assert "no time at all" in ex.check_end_to_end(2.0, p, k).message
     assert "inverse" in ex.check_end_to_end(0.7, p, k).message
+    assert "more than 1" in ex.check_end_to_end(1 / (0.5 + 0.5 * 2.5), p, k).message  # k inverted
     assert_unanswered(ex.check_end_to_end(None, p, k))
     assert_unanswered(ex.check_end_to_end(..., p, k))   # the lesson's placeholder
+
+
+def test_check_hottest_speedup_reads_p_and_k_from_the_profile():
+    op = {"total_us": 100.0, "kernels": [
+        {"name": "elementwise_kernel", "calls_per_op": 1, "us_per_call": 50.0, "share": 0.5,
+         "bytes": 40_000_000},                          # 20 µs at 2000 GB/s: k = 2.5
+        {"name": "reduce_kernel", "calls_per_op": 1, "us_per_call": 30.0, "share": 0.3,
+         "bytes": 10_000_000}]}                         # slower per byte, a smaller share
+    assert ex.check_hottest_speedup(1 / (0.5 + 0.5 / 2.5), op, copy_gbps=2000)
+    slip = ex.check_hottest_speedup(2.5, op, copy_gbps=2000)      # k alone
+    assert not slip and "other kernels" in slip.message
+    assert not ex.check_hottest_speedup(1.6, op, copy_gbps=2000)
+    assert_unanswered(ex.check_hottest_speedup(..., op, copy_gbps=2000))
 
 
 def _compile_on_widths(dynamic, widths=(8, 12, 16)):
@@ -186,6 +200,10 @@ def test_the_profiles_record_bears_out_the_lessons_attribution():
     hot = ex.hottest_profiled(prof.results["ops"]["softmax naive"], copy)
     assert "elementwise_kernel" in hot["op"] and "vectorized" not in hot["op"]
     assert hot["computes"] in ("aten.sub", "aten.div")   # one launch, not the sub + div family
+    # The lesson's prediction: Amdahl's law on that launch, read before p and k print.
+    naive = prof.results["ops"]["softmax naive"]
+    assert ex.check_hottest_speedup(ex.amdahl(hot["p"], hot["k"]), naive, copy)
+    assert not ex.check_hottest_speedup(hot["k"], naive, copy)
 
 
 def test_compile_and_call_counts_the_lessons_widths():

@@ -165,15 +165,38 @@ def test_roof_fraction_prediction_names_the_slip_and_hides_the_value():
 
 
 def test_ridge_side_prediction():
-    pts = _points()
-    mat = "attention materialised seq=4096"
-    assert ex.check_ridge_side("memory-bound", pts, mat, H100)
-    fb = ex.check_ridge_side("compute", pts, mat, H100)
+    mat = intensity.attention_materialised(32, 4096, 128, "bf16")     # 62.7 FLOP/B, ridge 295
+    right = ex.check_ridge_side("memory-bound", mat, H100)
+    assert right and "62.7" in right.message, "a right answer hears the intensity and the ridge"
+    fb = ex.check_ridge_side("compute", mat, H100)
     assert not fb and "matrix products" in fb.message and "memory" not in fb.message
-    assert ex.check_ridge_side("compute", pts, "matmul 4096^3", H100)
-    assert not ex.check_ridge_side("memory", pts, "matmul 4096^3", H100)
-    assert "'memory' or 'compute'" in ex.check_ridge_side("latency", pts, mat, H100).message
-    assert_unanswered(ex.check_ridge_side(None, pts, mat, H100))
+    assert "62.7" not in fb.message, "a wrong answer is not told the intensity"
+    big = intensity.matmul(4096, 4096, 4096, "bf16")
+    assert ex.check_ridge_side("compute", big, H100)
+    slip = ex.check_ridge_side("memory", big, H100)
+    assert not slip and "stays on chip" in slip.message
+    # The same op left of the ridge on one GPU may sit right of it on another.
+    t4 = hardware.GPUS["T4"]
+    tiled = intensity.attention_tiled(32, 512, 128, "fp16")
+    assert tiled.intensity > t4.ridge_point("fp16") and tiled.intensity < H100.ridge_point("fp16")
+    assert ex.check_ridge_side("compute", tiled, t4) and ex.check_ridge_side("memory", tiled, H100)
+    assert "'memory' or 'compute'" in ex.check_ridge_side("latency", mat, H100).message
+    assert_unanswered(ex.check_ridge_side(None, mat, H100))
+    assert_unanswered(ex.check_ridge_side(..., mat, H100))    # the lesson's placeholder
+
+
+def test_matmul_1024_roof_fraction_names_the_launch_floor():
+    pts = [{"name": "matmul 1024^3", "tflops": 213.0,
+            "work": intensity.matmul(1024, 1024, 1024, "bf16").as_dict()}]
+    frac = ex.roof_fraction(pts, "matmul 1024^3", H100)           # 213 / 989.4 = 0.215
+    assert ex.check_roof_fraction(0.25, pts, "matmul 1024^3", H100)
+    high = ex.check_roof_fraction(0.7, pts, "matmul 1024^3", H100)   # as large products do
+    assert not high and "too high" in high.message and "isolated launch" in high.message
+    low = ex.check_roof_fraction(0.02, pts, "matmul 1024^3", H100)
+    assert not low and "too low" in low.message and "launch floor" in low.message
+    for fb in (high, low):
+        assert f"{frac:.3f}" not in fb.message and "0.21" not in fb.message
+    assert_unanswered(ex.check_roof_fraction(..., pts, "matmul 1024^3", H100))
 
 
 def test_predictions_hold_on_the_committed_record():
@@ -185,7 +208,15 @@ def test_predictions_hold_on_the_committed_record():
     for name in ex.ROOF_FRACTION_HINTS:
         recorded = next(p["fraction_of_roof"] for p in pts if p["name"] == name)
         assert ex.roof_fraction(pts, name, spec) == pytest.approx(recorded, rel=1e-6)
-    assert ex.check_ridge_side("memory", pts, "attention materialised seq=4096", spec)
+    # The lesson asks the side of the ridge from the napkin math; the record's point agrees.
+    mat = intensity.attention_materialised(32, 4096, 128, "bf16")
+    recorded = next(p for p in pts if p["name"] == "attention materialised seq=4096")
+    assert recorded["work"]["intensity"] == pytest.approx(mat.intensity, rel=1e-9)
+    assert ex.check_ridge_side("memory", mat, spec)
+    # 1024^3 is the one the lesson asks: the large products' share (lessons 00 and 01 print
+    # one) is not its answer.
+    big = next(p["fraction_of_roof"] for p in pts if p["name"] == "matmul 8192^3")
+    assert not ex.check_roof_fraction(big, pts, "matmul 1024^3", spec)
 
 
 def _noise(a_tflops, b_tflops):

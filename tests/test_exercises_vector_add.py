@@ -57,6 +57,38 @@ def test_versus_torch():
     assert_unanswered(ex.check_versus_torch(..., same))
 
 
+def _blocks_run(small_block_ratio=2.4):
+    """A run with a block-size sweep: BLOCK_SIZE 128 takes ``small_block_ratio`` times
+    torch.add's time, 1024 the same time."""
+    run = _run()
+    ms = 6 * BIG / 3000e6                                           # fp16 at 3000 GB/s
+    run.results["blocks"] = [
+        {"dtype": "fp16", "n": BIG, "block_size": b, "bytes": 6 * BIG, "torch_ms": ms,
+         "triton_ms": ms * r, "triton_gbps": 3000 / r, "torch_gbps": 3000.0}
+        for b, r in ((128, small_block_ratio), (1024, 1.0))]
+    return run
+
+
+def test_versus_torch_with_a_small_block():
+    run = _blocks_run()
+    assert ex.versus_torch(run, block_size=128) == "slower"
+    assert ex.versus_torch(run, block_size=1024) == "same"
+    right = ex.check_versus_torch("slower", run, block_size=128)
+    assert right and "BLOCK_SIZE 128" in right.part
+    same = ex.check_versus_torch("same", run, block_size=128)        # the classic slip
+    assert not same and "same bytes do not mean the same speed" in same.message
+    assert "1 element per operand" in same.message and "in flight" in same.message
+    faster = ex.check_versus_torch("faster", run, block_size=128)
+    assert not faster and "more programs" in faster.message
+    for fb in (same, faster):
+        assert "2.4" not in fb.message, "a wrong answer is not told the measured gap"
+    assert ex.check_versus_torch("same", run, block_size=1024)
+    assert "one of" in ex.check_versus_torch("quicker", run, block_size=128).message
+    assert_unanswered(ex.check_versus_torch(..., run, block_size=128))
+    with pytest.raises(KeyError, match="BLOCK_SIZE 256"):
+        ex.versus_torch(run, block_size=256)
+
+
 def test_the_committed_record_answers_what_the_lesson_says():
     """The lesson's answers hold on the committed H100 record: the add reaches the 85 %
     target, a small add costs about lesson 02's launch floor, and torch.add is no faster."""
@@ -65,6 +97,8 @@ def test_the_committed_record_answers_what_the_lesson_says():
     floor = committed_record("roofline", "H100-SXM").results["launch_floor_us"]
     assert abs(ex.small_time_us(run)[0] - floor) <= ex.TIME_TOLERANCE * floor
     assert ex.check_versus_torch("same", run)
+    assert ex.check_versus_torch("slower", run, block_size=128)   # the lesson's prediction
+    assert not ex.check_versus_torch("same", run, block_size=128)
 
 
 def _mid_run():

@@ -6,7 +6,8 @@ itself and what a new shape costs a compiled function:
 
 * :func:`amdahl`: the end-to-end speed-up when one part of the time gets faster, and
   :func:`hottest_kernel` (a ``fusion_more`` profile) or :func:`hottest_profiled` (an op of
-  the ``profiles`` record), which read that part and its ceiling from a recorded profile.
+  the ``profiles`` record), which read that part and its ceiling from a recorded profile;
+  :func:`check_hottest_speedup` checks a prediction of it before either prints.
 * :class:`CompileCounter`: a ``torch.compile`` backend that runs each graph eagerly (no code
   is generated, so it is quick on any machine) and keeps the shapes of every graph it was
   given, with the sizes Dynamo made symbolic shown as ``s0``, ``s1``, ...
@@ -137,8 +138,18 @@ def check_end_to_end(answer, p: float, k: float) -> Feedback:
             (k, "the op alone got faster: the other kernels take as long as before"),
             (1 / (1 - p), "the op took no time at all: that is the limit as k grows"),
             ((1 - p) + p / k, "you gave the new time as a fraction of the old: the speed-up is "
-                              "its inverse")],
+                              "its inverse"),
+            (amdahl(p, 1 / k), ("you took k as the kernel's rate over the copy's; k is its "
+                                "time over its bytes' time at the copy rate, more than 1"))],
         hint="the other kernels keep their time (1 - p); the op's p shrinks to p / k")
+
+
+def check_hottest_speedup(answer, op: dict, copy_gbps: float) -> Feedback:
+    """Prediction, made before p and k print: the whole call's speed-up when the costliest
+    launch of ``op`` (an op of the ``profiles`` record, read by :func:`hottest_profiled`)
+    runs at ``copy_gbps``. The learner reads p and k from the profile's table."""
+    hot = hottest_profiled(op, copy_gbps)
+    return check_end_to_end(answer, hot["p"], hot["k"])
 
 
 # --------------------------------------------------------------------------------------

@@ -306,7 +306,7 @@ def check_floor_bound(answer, work: intensity.Work, floors: LaunchFloors, which:
 
 
 # --------------------------------------------------------------------------------------
-# Predictions about the record's measured points, made before the record prints.
+# Predictions made before a table or the record prints their answer.
 # --------------------------------------------------------------------------------------
 
 # What a fraction of the roof too high or too low overlooks, per point of the record.
@@ -316,6 +316,13 @@ ROOF_FRACTION_HINTS = {
                 "measured how close one gets)",
         "low": "a large vector add streams long, coalesced rows: lesson 01's copy showed how "
                "close that comes to the memory roof"},
+    "matmul 1024^3": {
+        "high": "the model's time (the isolated floor plus the larger of the bytes' and the "
+                "FLOPs' times) is a lower bound: at this size the arithmetic at the bf16 peak "
+                "takes less than one isolated launch, and a real product also pays to start "
+                "and finish its few tiles, which the model does not count",
+        "low": "the product still does 2 GFLOP: the launch floor costs a few microseconds, "
+               "comparable with the arithmetic, not orders of magnitude more"},
     "matmul 4096^3": {
         "high": "no real kernel runs at the datasheet peak: the clocks drop under a full "
                 "tensor-core load, and starting and finishing each tile costs time the napkin "
@@ -373,13 +380,12 @@ def check_roof_fraction(answer, points, name: str, spec: hardware.GPUSpec) -> Fe
     return Feedback(part, False, f"{value:g} is too {side}" + (f": {hint}." if hint else "."))
 
 
-def check_ridge_side(answer, points, name: str, spec: hardware.GPUSpec) -> Feedback:
-    """Prediction: does point ``name`` sit left (``"memory"``) or right (``"compute"``) of
-    the ridge point of its roof?"""
-    part = f"side of the ridge, {name}"
-    w = _named_point(points, name)["work"]
-    ridge = spec.ridge_point(w["peak_dtype"])
-    expected = "memory" if w["intensity"] < ridge else "compute"
+def check_ridge_side(answer, work: intensity.Work, spec: hardware.GPUSpec) -> Feedback:
+    """Prediction: does ``work`` sit left (``"memory"``) or right (``"compute"``) of the
+    ridge point of its roof on ``spec``? Asked before a table prints its intensity."""
+    part = f"side of the ridge, {work.op} [{work.shape}]"
+    ridge = spec.ridge_point(work.peak_dtype)
+    expected = "memory" if work.intensity < ridge else "compute"
     if answer is None or answer is Ellipsis:
         return Feedback(part, False, "no answer yet: choose one of ('memory', 'compute')",
                         status="not implemented")
@@ -387,15 +393,15 @@ def check_ridge_side(answer, points, name: str, spec: hardware.GPUSpec) -> Feedb
     if got not in ("memory", "compute"):
         return Feedback(part, False, f"answer with 'memory' or 'compute', got {answer!r}")
     if got == expected:
-        return Feedback(part, True, f"{got!r} is right: {w['intensity']:.3g} FLOP/B against a "
-                        f"{w['peak_dtype']} ridge of {ridge:.3g}")
+        return Feedback(part, True, f"{got!r} is right: {work.intensity:.3g} FLOP/B against a "
+                        f"{work.peak_dtype} ridge of {ridge:.3g}")
     if got == "compute":
         why = ("being made of matrix products does not make an op compute-bound: count every "
                "byte it moves to and from DRAM, intermediates included, and compare its FLOPs "
-               f"per byte with the {w['peak_dtype']} ridge point")
+               f"per byte with the {work.peak_dtype} ridge point")
     else:
         why = ("count only the bytes that must reach DRAM; what stays on chip is free, and "
-               f"then compare its FLOPs per byte with the {w['peak_dtype']} ridge point")
+               f"then compare its FLOPs per byte with the {work.peak_dtype} ridge point")
     return Feedback(part, False, f"{got!r} is not it: {why}.")
 
 

@@ -119,33 +119,61 @@ def check_time_us(answer, run, n: int, dtype: str = "fp32") -> Feedback:
     return Feedback(part, False, f"{value:g} µs is off: {why}.")
 
 
-def versus_torch(run, dtype: str = "fp16") -> str:
+def _versus_row(run, dtype: str, block_size: int | None) -> dict:
+    """The run's row at its largest size: the size sweep's (the default block size), or the
+    block-size sweep's row for ``block_size``."""
+    if block_size is None:
+        return _row(run, run.results["big_n"], dtype)
+    row = next((r for r in run.results.get("blocks", [])
+                if r["dtype"] == dtype and r["block_size"] == block_size), None)
+    if row is None:
+        raise KeyError(f"the run has no {dtype} row with BLOCK_SIZE {block_size}; its block "
+                       f"sizes: {sorted({r['block_size'] for r in run.results.get('blocks', [])})}")
+    return row
+
+
+def versus_torch(run, dtype: str = "fp16", block_size: int | None = None) -> str:
     """``"faster"``, ``"slower"`` or ``"same"``: the run's Triton add against torch.add at
-    its largest size (same: within ``SAME_WITHIN``)."""
-    row = _row(run, run.results["big_n"], dtype)
+    its largest size (same: within ``SAME_WITHIN``), with the default block size or, given
+    ``block_size``, that many elements per program."""
+    row = _versus_row(run, dtype, block_size)
     ratio = row["torch_ms"] / row["triton_ms"]        # > 1: Triton is faster
     if abs(ratio - 1) <= SAME_WITHIN:
         return "same"
     return "faster" if ratio > 1 else "slower"
 
 
-def check_versus_torch(answer, run, dtype: str = "fp16") -> Feedback:
+def check_versus_torch(answer, run, dtype: str = "fp16", block_size: int | None = None) -> Feedback:
     """Prediction: is the course's Triton add ``"faster"`` or ``"slower"`` than torch.add at
-    the largest size, or the ``"same"`` (within 5 %)?"""
-    part = f"Triton against torch.add, {dtype} at 2^{run.results['big_n'].bit_length() - 1}"
+    the largest size, or the ``"same"`` (within 5 %)? With ``block_size``: the add launched
+    with that many elements per program (a row of the run's block-size sweep)."""
+    block = "" if block_size is None else f" with BLOCK_SIZE {block_size}"
+    part = (f"Triton{block} against torch.add, {dtype} at "
+            f"2^{run.results['big_n'].bit_length() - 1}")
     if answer is None or answer is Ellipsis:
         return Feedback(part, False, f"no answer yet: choose one of {SPEEDS}",
                         status="not implemented")
     got = choice_word(answer)
     if got not in SPEEDS:
         return Feedback(part, False, f"answer with one of {SPEEDS}, got {answer!r}")
-    expected = versus_torch(run, dtype)
+    expected = versus_torch(run, dtype, block_size)
     if got == expected:
-        return Feedback(part, True, f"{got!r} is right: both move the same bytes through the "
-                        "same memory")
+        if expected == "same":
+            return Feedback(part, True, f"{got!r} is right: both move the same bytes through "
+                            "the same memory")
+        return Feedback(part, True, f"{got!r} is right: the bytes are the same, but how many "
+                        "each thread keeps in flight is not")
     if expected == "same":
         why = ("both read A and B and write C once, and both are memory-bound: neither has "
                "anything left to gain but bandwidth, and both get nearly all of it")
+    elif block_size is not None and expected == "slower":
+        per_thread = max(1, block_size // 128)   # Triton's default: 4 warps, 128 threads
+        why = ("the same bytes do not mean the same speed. With Triton's default 128 threads "
+               f"per program, a block of {block_size} gives each thread {per_thread} "
+               f"element{'s' if per_thread > 1 else ''} per operand: narrow loads, too few "
+               "bytes in flight to keep the memory busy" if got == "same" else
+               "more programs do not make the memory faster; what matters is how many bytes "
+               "each thread asks for at once, and with this block each asks for little")
     else:
         why = f"the measured gap is larger than {SAME_WITHIN:.0%}: look again at block sizes"
     return Feedback(part, False, f"{got!r} is not it: {why}.")
