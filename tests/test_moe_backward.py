@@ -165,14 +165,18 @@ def check_layer(T, E, top_k, H, I, dtype, atol, rtol, cap=None, seed=0):
                      f"{what}: d loss / d {name} (divided by its largest entry, {scale:.3g})")
 
 
-@pytest.mark.parametrize("dtype,atol,rtol", TABLE, ids=dtype_ids[:2])
-@pytest.mark.parametrize("tokens,experts,top_k", [(37, 8, 2), (7, 16, 1), (20, 4, 4),
-                                                  (64, 16, 8)])
+# The dispatch tests' routings (top-1 to top-k = E, many experts), fp32; fp16 on one.
+ROUTINGS = [(37, 8, 2, *TABLE[0]), (7, 16, 1, *TABLE[0]), (20, 4, 4, *TABLE[0]),
+            (24, 16, 8, *TABLE[0]), (37, 8, 2, *TABLE[1])]
+
+
+@pytest.mark.parametrize("tokens,experts,top_k,dtype,atol,rtol", ROUTINGS,
+                         ids=lambda v: str(v).replace("torch.", ""))
 def test_every_gradient_matches_float64_autograd(tokens, experts, top_k, dtype, atol, rtol):
     check_layer(tokens, experts, top_k, 32, 48, dtype, atol, rtol)
 
 
-@pytest.mark.parametrize("cap", [0, 1, 3])
+@pytest.mark.parametrize("cap", [0, 3])
 def test_dropped_copies_get_no_gradient_and_add_nothing(cap):
     check_layer(23, 4, 2, 16, 32, torch.float32, FP32_TOL, FP32_TOL, cap=cap, seed=3)
 
@@ -190,7 +194,7 @@ def test_the_layer_trains():
     """A few Adam steps of the layer (a random teacher as target) lower the loss, and the
     router learns too (its weights move)."""
     torch.manual_seed(0)
-    T, E, top_k, H, I = 64, 4, 2, 16, 16
+    T, E, top_k, H, I = 16, 3, 2, 16, 16
     student = M.MoELayer(E, top_k, H, I, device=DEVICE)
     teacher = M.MoELayer(E, top_k, H, I, device=DEVICE)
     x = randn(T, H, seed=9)
@@ -199,7 +203,7 @@ def test_the_layer_trains():
     router_before = student.router.detach().clone()
     opt = torch.optim.Adam(student.parameters(), lr=3e-2)
     losses = []
-    for _ in range(6):
+    for _ in range(3):
         opt.zero_grad()
         loss = F.mse_loss(student(x), target)
         loss.backward()

@@ -1,0 +1,162 @@
+"""Quantising to FP8: an amax per group, a scale, a divide, a clamp and a cast.
+
+The spec is :func:`helpers.kernels.fp8.formats.quantize_reference`. Two kernels, by where
+a group's amax can be found:
+
+* :func:`quantize_groups_kernel`: groups of a fixed size (``1 x 128``, ``128 x 128``). One
+  program holds whole groups in registers, a tile of ``TILE_M`` rows by 128 columns: the
+  amax is a ``tl.max`` over the tile's rows (1 x 128: one amax a row) or over all of it
+  (128 x 128), and the same registers are scaled, cast and stored. One read, one write
+  of a quarter (bf16 to fp8: half) the size, plus the scales: a bandwidth-bound copy.
+* :func:`amax_kernel` then :func:`quantize_scaled_kernel`: groups that span a dimension
+  (a row, or the whole tensor) are larger than one program's registers, so their amax
+  takes a pass of its own: every program reduces its tile and folds the result into
+  the group's amax with ``tl.atomic_max`` (amax is never negative, so the float's order
+  is its bits' order and the atomic is exact in any order). The scale is ``amax / max``;
+  the second pass reads ``x`` again. Two reads and a write: per-tensor scaling pays
+  for its single scale with a second pass (or, in training, uses the amax of a previous
+  step instead: *delayed* scaling, one read).
+
+Saturation: ``x / scale`` is clamped to ``[-max, max]`` before the cast, so a value past
+the range (there is none right after a fresh amax, but a delayed scale can be stale)
+becomes the largest number, never inf or NaN. A group of zeros gets the scale 1.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ... import runtime
+from ..checks import check_tensor
+from .formats import format_of, group_shape, scale_shape
+
+TILE_K = 128        # columns a program holds; a fixed group's width must divide into it
+ROWS_1X128 = 16     # rows a program holds for 1 x 128 groups (16 groups, 16 amaxes)
+
+
+@triton.jit
+def round_to_format(v, MANTISSA_BITS: tl.constexpr, SMALLEST_NORMAL: tl.constexpr):
+    """``v`` (fp32, within the format's range) rounded to the nearest FP8 value, ties to
+    even, still in fp32: the cast that follows is then exact.
+
+    A GPU's conversion (``cvt.rn.satfinite``) rounds to nearest by itself; Triton's
+    interpreter (3.7) truncates instead (1.99 becomes 1.0 in e4m3, measured), so in CPU
+    mode the kernels round first (``SOFTWARE_ROUNDING``), and both modes agree with torch.
+    Normal numbers: keep ``MANTISSA_BITS`` of fp32's 23, adding half a step (less one, plus
+    the kept last bit: ties to even) before the cut; a carry moves into the exponent as it
+    should. Below the smallest normal the step is fixed: fp32's magic-number rounding.
+    """
+    CUT: tl.constexpr = 23 - MANTISSA_BITS
+    KEEP: tl.constexpr = 0xFFFFFFFF - ((1 << CUT) - 1)      # sign, exponent, kept mantissa
+    bits = v.to(tl.uint32, bitcast=True)
+    bits = bits + ((1 << (CUT - 1)) - 1) + ((bits >> CUT) & 1)
+    normal = (bits & KEEP).to(tl.float32, bitcast=True)
+    step = SMALLEST_NORMAL * (0.5 ** MANTISSA_BITS)
+    magic = 12582912.0                                   # 1.5 * 2^23
+    tiny = ((v / step + magic) - magic) * step
+    return tl.where(tl.abs(v) < SMALLEST_NORMAL, tiny, normal)
+
+
+@triton.jit
+def quantize_groups_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm,
+                           FMT_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr,
+                           SMALLEST_NORMAL: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                           GROUP_M: tl.constexpr, TILE_M: tl.constexpr,
+                           GROUP_K: tl.constexpr):
+    """Groups of ``GROUP_M x GROUP_K`` (``GROUP_M`` 1: one amax a row of the tile)."""
+    pid_m, pid_k = tl.program_id(axis=0), tl.program_id(axis=1)
+    rows = pid_m * TILE_M + tl.arange(0, TILE_M)
+    cols = pid_k * GROUP_K + tl.arange(0, GROUP_K)
+    inside = (rows < M)[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :], mask=inside,
+                other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), axis=1)                       # one a row
+    if GROUP_M > 1:
+        amax = tl.max(amax, axis=0)                        # one for the whole tile
+        scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
+        q = x / scale
+        tl.store(s_ptr + pid_m * stride_sm + pid_k, scale)
+    else:
+        scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
+        q = x / scale[:, None]
+        tl.store(s_ptr + rows * stride_sm + pid_k, scale, mask=rows < M)
+    q = tl.minimum(tl.maximum(q, -FMT_MAX), FMT_MAX)       # saturate: never inf or NaN
+    if SOFTWARE_ROUNDING:
+        q = round_to_format(q, MANTISSA_BITS, SMALLEST_NORMAL)
+    tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qm + cols[None, :],
+             q.to(q_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def amax_kernel(x_ptr, amax_ptr, M, K, stride_xm, PER_ROW: tl.constexpr,
+                TILE_M: tl.constexpr, TILE_K: tl.constexpr):
+    """Fold this tile's ``|x|`` maximum into its row's amax (``PER_ROW``) or the tensor's."""
+    rows = tl.program_id(axis=0) * TILE_M + tl.arange(0, TILE_M)
+    cols = tl.program_id(axis=1) * TILE_K + tl.arange(0, TILE_K)
+    inside = (rows < M)[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :], mask=inside,
+                other=0.0)
+    row_max = tl.max(tl.abs(x.to(tl.float32)), axis=1)
+    if PER_ROW:
+        tl.atomic_max(amax_ptr + rows, row_max, mask=rows < M)
+    else:
+        tl.atomic_max(amax_ptr, tl.max(row_max, axis=0))
+
+
+@triton.jit
+def quantize_scaled_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm,
+                           FMT_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr,
+                           SMALLEST_NORMAL: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                           PER_ROW: tl.constexpr, TILE_M: tl.constexpr, TILE_K: tl.constexpr):
+    """``q = clamp(x / scale)`` with a scale per row (``PER_ROW``) or one for the tensor."""
+    rows = tl.program_id(axis=0) * TILE_M + tl.arange(0, TILE_M)
+    cols = tl.program_id(axis=1) * TILE_K + tl.arange(0, TILE_K)
+    inside = (rows < M)[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :], mask=inside,
+                other=0.0).to(tl.float32)
+    if PER_ROW:
+        q = x / tl.load(s_ptr + rows, mask=rows < M, other=1.0)[:, None]
+    else:
+        q = x / tl.load(s_ptr)
+    q = tl.minimum(tl.maximum(q, -FMT_MAX), FMT_MAX)
+    if SOFTWARE_ROUNDING:
+        q = round_to_format(q, MANTISSA_BITS, SMALLEST_NORMAL)
+    tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qm + cols[None, :],
+             q.to(q_ptr.dtype.element_ty), mask=inside)
+
+
+def quantize(x: torch.Tensor, granularity: str = "1x128", fmt="e4m3"):
+    """``(q, scale)`` as :func:`~helpers.kernels.fp8.formats.quantize_reference` gives them,
+    by the kernels above. ``x`` is 2-D with contiguous rows (fp32, fp16 or bf16)."""
+    fmt = format_of(fmt)
+    check_tensor(x, "x", dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=2,
+                 contiguous=False)
+    if x.stride(1) != 1:
+        raise ValueError(f"x's rows must be contiguous (stride 1 along them); got strides "
+                         f"{x.stride()}. Pass x.contiguous().")
+    M, K = x.shape
+    gm, gk = group_shape(granularity, (M, K))
+    rounding = {"FMT_MAX": fmt.max, "MANTISSA_BITS": fmt.mantissa_bits,
+                "SMALLEST_NORMAL": fmt.smallest_normal, "SOFTWARE_ROUNDING": runtime.is_cpu()}
+    q = torch.empty((M, K), device=x.device, dtype=fmt.dtype)
+    scale = torch.ones(scale_shape(granularity, (M, K)), device=x.device, dtype=torch.float32)
+    if x.numel() == 0:
+        return q, scale
+    if granularity in ("1x128", "128x128"):
+        tile_m = ROWS_1X128 if gm == 1 else gm
+        grid = (triton.cdiv(M, tile_m), triton.cdiv(K, gk))
+        quantize_groups_kernel[grid](x, q, scale, M, K, x.stride(0), q.stride(0),
+                                     scale.stride(0), GROUP_M=gm, TILE_M=tile_m, GROUP_K=gk,
+                                     **rounding)
+        return q, scale
+    per_row = granularity == "row"
+    amax = torch.zeros(M if per_row else 1, device=x.device, dtype=torch.float32)
+    tile_m = 16 if runtime.is_cpu() else 32
+    grid = (triton.cdiv(M, tile_m), triton.cdiv(K, TILE_K))
+    amax_kernel[grid](x, amax, M, K, x.stride(0), PER_ROW=per_row, TILE_M=tile_m, TILE_K=TILE_K)
+    scale = torch.where(amax > 0, amax / fmt.max, 1.0).view(scale.shape)
+    quantize_scaled_kernel[grid](x, q, scale, M, K, x.stride(0), q.stride(0), PER_ROW=per_row,
+                                 TILE_M=tile_m, TILE_K=TILE_K, **rounding)
+    return q, scale

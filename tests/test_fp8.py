@@ -1,0 +1,114 @@
+"""Eight-bit floats (helpers.kernels.fp8): the formats' numbers, quantisation against its
+spec at every granularity (saturation, groups of zeros, partial groups at the edges), and
+the scaled FP8 matmul at every scaling against the float64 product of its dequantised
+operands. In CPU mode the kernels run in Triton's interpreter, which emulates FP8 (its
+conversion truncates, so the kernels round first there: see ``round_to_format``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support import assert_close
+
+import helpers
+from helpers.kernels import fp8
+
+DEVICE = helpers.device()
+GRANULARITIES = list(fp8.GRANULARITIES)
+FORMATS = list(fp8.FORMATS)
+
+
+def randn(*shape, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(DEVICE, dtype)
+
+
+def test_the_formats_numbers():
+    assert (fp8.E4M3.max, fp8.E4M3.smallest_normal, fp8.E4M3.relative_spacing) == (448.0, 2 ** -6, 0.125)
+    assert (fp8.E5M2.max, fp8.E5M2.smallest_normal, fp8.E5M2.relative_spacing) == (57344.0, 2 ** -14, 0.25)
+    assert fp8.E4M3.smallest_subnormal == 2 ** -9
+    tiny = torch.tensor([fp8.E4M3.smallest_subnormal, fp8.E4M3.smallest_subnormal / 4])
+    assert tiny.to(torch.float8_e4m3fn).float().tolist() == [2 ** -9, 0.0]
+
+
+@pytest.mark.parametrize("granularity,shape", [("tensor", (1, 1)), ("row", (70, 1)),
+                                               ("1x128", (70, 3)), ("128x128", (1, 3))])
+def test_scale_shapes(granularity, shape):
+    assert fp8.scale_shape(granularity, (70, 300)) == shape
+
+
+def awkward(seed=0, dtype=torch.float32):
+    """Outliers in one column, a row of zeros, a 128 x 128 corner of zeros, odd sizes."""
+    x = randn(150, 300, seed=seed)
+    x[:, 5] *= 100
+    x[3] = 0
+    x[:128, 256:] = 0
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_quantize_is_the_spec(granularity, fmt):
+    x = awkward()
+    q, s = fp8.quantize(x, granularity, fmt)
+    q_ref, s_ref = fp8.quantize_reference(x, granularity, fmt)
+    what = f"quantize({granularity}, {fmt})"
+    assert q.dtype == fp8.format_of(fmt).dtype and q.shape == x.shape, f"{what}: {q.dtype} {q.shape}"
+    assert torch.equal(s, s_ref), f"{what}: scales differ from amax / max per group"
+    assert not q.float().isnan().any() and not s.isnan().any(), f"{what}: NaN (a group of zeros?)"
+    if helpers.is_cpu():
+        assert torch.equal(q.float(), q_ref.float()), f"{what}: not rounded to nearest"
+    # Either way: within half a step of the format of the scaled value.
+    back = fp8.dequantize(q, s, granularity)
+    step = fp8.format_of(fmt).relative_spacing
+    tiny = fp8.format_of(fmt).smallest_subnormal * s.max().item()
+    assert_close(back, x.double(), tiny, step / 2 + 1e-6, f"{what}: dequantised")
+
+
+def test_a_group_of_zeros_gets_scale_one():
+    x = torch.zeros(4, 256, device=DEVICE)
+    x[0, 200] = 3.0
+    q, s = fp8.quantize(x, "1x128")
+    assert s.tolist() == [[1.0, pytest.approx(3.0 / 448)], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+    assert q.float().abs().sum().item() == 448.0
+
+
+def test_quantize_takes_bf16_and_refuses_a_column_view():
+    x = awkward(dtype=torch.float16)
+    _, s = fp8.quantize(x, "row")
+    assert torch.equal(s, fp8.quantize_reference(x, "row")[1])
+    with pytest.raises(ValueError, match="rows must be contiguous"):
+        fp8.quantize(awkward().T, "row")
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        fp8.quantize(awkward(), "2x2")
+
+
+# --------------------------------------------------------------------------------------
+# The scaled matmul.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("promote_every", [0, 2])
+@pytest.mark.parametrize("scaling", list(fp8.SCALINGS))
+@pytest.mark.parametrize("M,N,K", [(64, 64, 256), (37, 45, 300)], ids=["even", "odd"])
+def test_scaled_matmul_is_the_dequantised_product(M, N, K, scaling, promote_every):
+    ga, gb = fp8.GRANULARITY_OF[scaling]
+    a, a_s = fp8.quantize(randn(M, K, seed=1), ga)
+    b, b_s = fp8.quantize(randn(N, K, seed=2) / K ** 0.5, gb)
+    c = fp8.scaled_matmul(a, b, a_s, b_s, scaling, out_dtype=torch.float32,
+                          promote_every=promote_every)
+    want = fp8.scaled_matmul_reference(a, b, a_s, b_s, scaling)
+    tol = 1e-4 if helpers.is_cpu() else 2e-2
+    assert_close(c, want.float(), tol, tol, f"scaled_matmul {scaling} {M}x{N}x{K}",
+                 "each K block's scales (block), or the epilogue's (tensor, row)")
+
+
+def test_scaled_matmul_checks_its_scales():
+    a, a_s = fp8.quantize(randn(16, 256, seed=1), "1x128")
+    b, b_s = fp8.quantize(randn(32, 256, seed=2), "128x128")
+    with pytest.raises(ValueError, match=r"a_scale has shape \(16, 2\); this scaling needs \(1, 1\)"):
+        fp8.scaled_matmul(a, b, a_s, b_s, "tensor")
+    with pytest.raises(ValueError, match="same K"):
+        fp8.scaled_matmul(a, b[:, :128], a_s, b_s, "block")
+    with pytest.raises(TypeError, match="a has dtype float32"):
+        fp8.scaled_matmul(a.float(), b, a_s, b_s, "block")
