@@ -112,3 +112,32 @@ def test_scaled_matmul_checks_its_scales():
         fp8.scaled_matmul(a, b[:, :128], a_s, b_s, "block")
     with pytest.raises(TypeError, match="a has dtype float32"):
         fp8.scaled_matmul(a.float(), b, a_s, b_s, "block")
+
+
+# --------------------------------------------------------------------------------------
+# The experiment's accuracy part (any mode); its timings need a GPU.
+# --------------------------------------------------------------------------------------
+
+
+def test_finer_scales_survive_larger_outliers():
+    """FP8's exponent absorbs outliers up to a point, past which one scale per tensor
+    crushes the ordinary values toward zero; a scale per row or per block confines the
+    damage. The lesson's reading of the accuracy table, held on the experiment's inputs."""
+    from helpers.experiments import fp8 as experiment
+
+    table = {r["outlier_scale"]: r["errors"] for r in experiment.accuracy_table(smoke=True)}
+    calm, wild = table[1.0], table[max(table)]
+    assert max(calm[s] for s in experiment.SCALINGS) < 1.2 * min(calm[s] for s in experiment.SCALINGS)
+    assert wild["tensor"] > 2 * wild["row"] and wild["row"] > wild["block"], wild
+    assert wild["tensor"] > 5 * calm["tensor"]
+    assert all(e["bf16 operands"] < min(e[s] for s in experiment.SCALINGS) for e in table.values())
+    x, w = experiment.inputs(8, 4, 512, 10.0)
+    assert x.abs().max() > 10 and x.shape == (8, 512) and w.shape == (4, 512)
+
+
+@pytest.mark.skipif(helpers.is_gpu(), reason="CPU mode refuses to time")
+def test_the_timed_experiment_needs_a_gpu():
+    from helpers.experiments import fp8 as experiment
+
+    with pytest.raises(Exception, match="GPU"):
+        experiment.fp8_experiment(smoke=True)

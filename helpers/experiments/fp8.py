@@ -1,0 +1,170 @@
+"""Lesson 09's measurements: FP8 against bf16, in accuracy and in speed.
+
+* **accuracy** (any mode: the interpreter computes the same products exactly, a GPU with
+  its tensor cores): activations with a few channels far larger than the rest (the
+  outliers of real LLM activations), weights of one scale; each scaling of
+  :func:`helpers.kernels.fp8.scaled_matmul` (per tensor, per row, DeepSeek-V3's blocks;
+  per tensor with and without promotion), and bf16 for reference: the relative error
+  ``||C - C64|| / ||C64||`` against the float64 product of the *unquantised* inputs.
+  :func:`accuracy` is the function; :func:`accuracy_table` sweeps the outliers' size.
+* **speed** (GPU): the same scalings at square and LLM shapes beside what a practitioner
+  runs, ``torch._scaled_mm`` (per tensor, and row-wise scales), and bf16 ``torch.matmul``
+  and the course's own bf16 matmul (:func:`helpers.kernels.matmul.matmul`): medians of
+  rounds taken in turn, TFLOP/s.
+* **quantize** (GPU): :func:`helpers.kernels.fp8.quantize` per granularity on a bf16
+  activation, in GB/s of the bytes it must move (read bf16, write fp8 and the scales),
+  beside a device copy of the same tensor.
+
+``fp8_experiment(smoke=True)`` runs tiny sizes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .. import bench, runtime
+from ..kernels import fp8
+from ..kernels.matmul import matmul as course_matmul
+from . import experiment
+from .attention import _failure
+
+SCALINGS = ("tensor", "row", "block")
+PROMOTE = 4                      # K blocks per promotion in the "tensor, promoted" row
+OUTLIER_CHANNELS = 4
+OUTLIER_SCALES = (1.0, 1e2, 1e3, 1e4, 1e5)
+# (M, N, K): squares and LLM projections (a 4,096-wide model's MLP up and down, 8k tokens).
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 14336, 4096), (8192, 4096, 14336)]
+SMOKE_SHAPES = [(256, 256, 512)]
+ACCURACY_SIZE = {"gpu": (2048, 2048, 4096), "cpu": (64, 64, 512)}
+ROUNDS = 3
+
+
+def inputs(M: int, N: int, K: int, outlier_scale: float, seed: int = 0, device=None):
+    """``(x, w)``: ``x`` (M, K) normal with :data:`OUTLIER_CHANNELS` columns times
+    ``outlier_scale``, ``w`` (N, K) normal over sqrt(K), both fp32. The weights of the
+    outlier channels are divided by the same factor, so that every channel adds about as
+    much to the product: otherwise the outliers' share of ``C`` hides what happens to the
+    rest (and a layer whose output were only its outlier channels would not need them)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=g)
+    w = torch.randn(N, K, generator=g) / K ** 0.5
+    outliers = torch.randperm(K, generator=g)[:OUTLIER_CHANNELS]
+    x[:, outliers] *= outlier_scale
+    w[:, outliers] /= outlier_scale
+    device = device or runtime.device()
+    return x.to(device), w.to(device)
+
+
+def _relative_error(c, want) -> float:
+    return ((c.double() - want).norm() / want.norm()).item()
+
+
+def accuracy(x: torch.Tensor, w: torch.Tensor) -> dict:
+    """Each version's relative error against ``x @ w.T`` in float64."""
+    want = x.double() @ w.double().T
+    out = {}
+    # bf16 operands, an exact product: what rounding the inputs to bf16 alone costs.
+    out["bf16 operands"] = _relative_error(
+        x.to(torch.bfloat16).double() @ w.to(torch.bfloat16).double().T, want)
+    for scaling in SCALINGS:
+        ga, gb = fp8.GRANULARITY_OF[scaling]
+        a, a_s = fp8.quantize(x, ga)
+        b, b_s = fp8.quantize(w, gb)
+        runs = {scaling: 0} if scaling == "block" else {scaling: 0,
+                                                        f"{scaling}, promoted": PROMOTE}
+        for name, every in runs.items():
+            c = fp8.scaled_matmul(a, b, a_s, b_s, scaling, out_dtype=torch.float32,
+                                  promote_every=every)
+            out[name] = _relative_error(c, want)
+    return out
+
+
+def accuracy_table(smoke: bool = False) -> list[dict]:
+    """:func:`accuracy` for each outlier size, at the mode's size."""
+    M, N, K = ACCURACY_SIZE["cpu" if smoke or runtime.is_cpu() else "gpu"]
+    return [{"outlier_scale": s, "shape": [M, N, K], "errors": accuracy(*inputs(M, N, K, s))}
+            for s in OUTLIER_SCALES]
+
+
+def _versions(M, N, K) -> dict:
+    x, w = inputs(M, N, K, 1.0)
+    xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    q = {s: (fp8.quantize(x, fp8.GRANULARITY_OF[s][0]), fp8.quantize(w, fp8.GRANULARITY_OF[s][1]))
+         for s in SCALINGS}
+    fns = {}
+    for s in SCALINGS:
+        (a, a_s), (b, b_s) = q[s]
+        fns[f"ours, {s} scales"] = lambda a=a, b=b, a_s=a_s, b_s=b_s, s=s: fp8.scaled_matmul(
+            a, b, a_s, b_s, s)
+    (a, a_s), (b, b_s) = q["tensor"]
+    fns[f"ours, tensor scales, promoted every {PROMOTE}"] = lambda: fp8.scaled_matmul(
+        a, b, a_s, b_s, "tensor", promote_every=PROMOTE)
+    if hasattr(torch, "_scaled_mm"):
+        fns["torch._scaled_mm, tensor scales"] = lambda: torch._scaled_mm(
+            a, b.T, a_s.view(()), b_s.view(()), out_dtype=torch.bfloat16)
+        (ar, ar_s), (br, br_s) = q["row"]
+        fns["torch._scaled_mm, row scales"] = lambda: torch._scaled_mm(
+            ar, br.T, ar_s, br_s.T.contiguous(), out_dtype=torch.bfloat16)
+    fns["torch.matmul, bf16"] = lambda: xb @ wb.T
+    wt = wb.T.contiguous()
+    fns["course matmul, bf16"] = lambda: course_matmul(xb, wt)
+    return fns
+
+
+def _speed(shapes) -> list[dict]:
+    rows = []
+    for M, N, K in shapes:
+        fns, runs, errors = _versions(M, N, K), {}, {}
+        for _ in range(ROUNDS):
+            for name, fn in fns.items():
+                if name in errors:
+                    continue
+                try:
+                    fn()
+                    runs.setdefault(name, []).append(bench.time_ms(fn))
+                except Exception as err:  # noqa: BLE001 - a refusal is a result
+                    errors[name] = _failure(err)
+        versions = [{"name": n, "error": e} for n, e in errors.items()]
+        for name, times in runs.items():
+            if name not in errors:
+                spread = bench.spread(times)
+                versions.append({"name": name, **spread,
+                                 "tflops": bench.tflops(2 * M * N * K, spread["ms"])})
+        rows.append({"shape": [M, N, K], "versions": versions})
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _quantize_speed(M: int, K: int) -> dict:
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    copy = torch.empty_like(x)
+    out = {"shape": [M, K], "copy": {"ms": bench.time_ms(lambda: copy.copy_(x))}}
+    out["copy"]["gbps"] = bench.gbps(2 * x.numel() * 2, out["copy"]["ms"])
+    for g in fp8.GRANULARITIES:
+        try:
+            ms = bench.time_ms(lambda g=g: fp8.quantize(x, g))
+            scales = torch.Size(fp8.scale_shape(g, (M, K))).numel()
+            nbytes = x.numel() * 2 + x.numel() + scales * 4
+            out[g] = {"ms": ms, "bytes": nbytes, "gbps": bench.gbps(nbytes, ms)}
+        except Exception as err:  # noqa: BLE001
+            out[g] = {"error": _failure(err)}
+    return out
+
+
+@experiment("fp8")
+def fp8_experiment(smoke: bool = False) -> dict:
+    """Accuracy, matmul speed and quantisation bandwidth (minutes on an H100)."""
+    runtime.require_gpu("timing the FP8 kernels")
+    start = time.perf_counter()
+    props = torch.cuda.get_device_properties(0)
+    shapes = SMOKE_SHAPES if smoke else SHAPES
+    out = {"config": {"smoke": smoke, "shapes": shapes, "promote_every": PROMOTE,
+                      "outlier_channels": OUTLIER_CHANNELS,
+                      "outlier_scales": list(OUTLIER_SCALES), "rounds": ROUNDS},
+           "device": {"name": props.name, "sm_count": props.multi_processor_count},
+           "accuracy": accuracy_table(smoke), "speed": _speed(shapes),
+           "quantize": _quantize_speed(*((256, 512) if smoke else (8192, 8192)))}
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    return out
