@@ -121,14 +121,16 @@ def test_scaled_matmul_checks_its_scales():
 
 def test_finer_scales_survive_larger_outliers():
     """FP8's exponent absorbs outliers up to a point, past which one scale per tensor
-    crushes the ordinary values toward zero; a scale per row or per block confines the
-    damage. The lesson's reading of the accuracy table, held on the experiment's inputs."""
+    crushes the ordinary values toward zero. The outliers are channels, present in every
+    row, so a scale per row helps little; a scale per 128-column block keeps the blocks
+    without an outlier intact. The lesson's reading of the accuracy table."""
     from helpers.experiments import fp8 as experiment
 
     table = {r["outlier_scale"]: r["errors"] for r in experiment.accuracy_table(smoke=True)}
     calm, wild = table[1.0], table[max(table)]
     assert max(calm[s] for s in experiment.SCALINGS) < 1.2 * min(calm[s] for s in experiment.SCALINGS)
-    assert wild["tensor"] > 2 * wild["row"] and wild["row"] > wild["block"], wild
+    assert wild["block"] < wild["row"] <= wild["tensor"], wild
+    assert wild["block"] < 0.5 * wild["tensor"], wild
     assert wild["tensor"] > 5 * calm["tensor"]
     assert all(e["bf16 operands"] < min(e[s] for s in experiment.SCALINGS) for e in table.values())
     x, w = experiment.inputs(8, 4, 512, 10.0)

@@ -37,7 +37,7 @@ OUTLIER_SCALES = (1.0, 1e2, 1e3, 1e4, 1e5)
 # (M, N, K): squares and LLM projections (a 4,096-wide model's MLP up and down, 8k tokens).
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 14336, 4096), (8192, 4096, 14336)]
 SMOKE_SHAPES = [(256, 256, 512)]
-ACCURACY_SIZE = {"gpu": (2048, 2048, 4096), "cpu": (64, 64, 512)}
+ACCURACY_SIZE = {"gpu": (2048, 2048, 4096), "cpu": (32, 32, 384)}
 ROUNDS = 3
 
 
