@@ -138,10 +138,16 @@ def reference_layer(x, router, gate_up, down, ids, kept):
     return (w[..., None] * every[ids, tokens]).sum(1)
 
 
-def check_layer(T, E, top_k, H, I, dtype, atol, rtol, cap=None, seed=0):
+def column_major(t):
+    """The same values stored transposed in their last two dimensions (nn.Linear's layout)."""
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def check_layer(T, E, top_k, H, I, dtype, atol, rtol, cap=None, seed=0, layout=None):
     torch.manual_seed(seed)
     layer = M.MoELayer(E, top_k, H, I, dtype=torch.float32, device=DEVICE)
-    params = {n: p.detach().to(dtype).requires_grad_() for n, p in layer.named_parameters()}
+    params = {n: (layout or (lambda t: t))(p.detach().to(dtype)).requires_grad_()
+              for n, p in layer.named_parameters()}
     x = randn(T, H, seed=seed + 1, dtype=dtype).requires_grad_()
     dout = randn(T, H, seed=seed + 2, dtype=dtype)
     weights, ids = M.route(x @ params["router"], top_k)
@@ -179,6 +185,12 @@ def test_every_gradient_matches_float64_autograd(tokens, experts, top_k, dtype, 
 @pytest.mark.parametrize("cap", [0, 3])
 def test_dropped_copies_get_no_gradient_and_add_nothing(cap):
     check_layer(23, 4, 2, 16, 32, torch.float32, FP32_TOL, FP32_TOL, cap=cap, seed=3)
+
+
+def test_weights_stored_transposed():
+    """gate_up and down as nn.Linear stores them (transposed copies): the kernels walk
+    them through their strides, the gradients come back right."""
+    check_layer(29, 8, 2, 32, 48, torch.float32, FP32_TOL, FP32_TOL, layout=column_major)
 
 
 def test_no_tokens():
