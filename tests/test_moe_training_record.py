@@ -64,3 +64,22 @@ def test_the_many_experts_target_is_met_and_its_win_is_the_forwards(rec):
     base = experiment.fastest_baseline(e)
     assert base["forward"]["ms"] / ours["forward"]["ms"] > experiment.speedup(e)
     assert experiment.speedup(e) < 1.5, "a win over 1.5x needs the lesson's explanation"
+
+
+def test_the_checks_reference_is_the_spec():
+    """The experiment's fp32 loop (its gradients' reference) against the float64 spec, and
+    the column-major copy of the weights holds the same numbers."""
+    import torch
+
+    from helpers.kernels import moe
+
+    w = moe.make_weights(4, 16, 24, device="cpu", seed=0)
+    x = torch.randn(9, 16, generator=torch.Generator().manual_seed(1))
+    ids = moe.route(x @ w.router, 2)[1]
+    p, q = experiment.Params(w), experiment.Params(w, "column-major")
+    assert all(torch.equal(a, b) for a, b in zip(p.all(), q.all()))
+    assert q.gate_up.stride(1) == 1, "column-major: H is the contiguous axis"
+    ref = [t.detach().double() for t in (x, *p.all())]
+    g, u = moe.split_gate_up(ref[2])
+    want = moe.moe_reference(ref[0], moe.MoEWeights(ref[1], g, u, ref[3]), 2)
+    assert torch.allclose(experiment.loop_layer(*ref, ids).double(), want, atol=1e-5)

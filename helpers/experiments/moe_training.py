@@ -90,10 +90,9 @@ def grouped_mm_layer(x, p: Params, top_k: int):
     return out.index_add_(0, d.rows.long(), y.float() * scale[:, None]).to(x.dtype)
 
 
-def loop_layer(x, p: Params, top_k: int, ids):
+def loop_layer(x, router, gate_up, down, ids):
     """The check's reference: fp32, one PyTorch SwiGLU per expert, on routing ``ids``."""
-    x32 = x.float()
-    router, gate_up, down = (t.float() for t in p.all())
+    x32, router, gate_up, down = (t.float() for t in (x, router, gate_up, down))
     probs = torch.softmax(x32 @ router, dim=-1)
     w = probs.gather(1, ids)
     w = w / w.sum(-1, keepdim=True)
@@ -136,15 +135,11 @@ def _check(s, versions, dtype) -> dict:
             if ids is None:
                 ids = moe.route(x @ p.router, s.top_k)[1]
             fn(xg, p, s.top_k).backward(dout)
-            ref = Params.__new__(Params)
-            ref.router, ref.gate_up, ref.down = (t.detach().float().requires_grad_()
-                                                 for t in p.all())
-            xr = x.detach().float().requires_grad_()
-            loop_layer(xr, ref, s.top_k, ids).backward(dout.float())
+            ref = [t.detach().float().requires_grad_() for t in (x, *p.all())]
+            loop_layer(*ref, ids).backward(dout.float())
             errs = {}
-            for what, mine, theirs in (("x", xg, xr), ("router", p.router, ref.router),
-                                       ("gate_up", p.gate_up, ref.gate_up),
-                                       ("down", p.down, ref.down)):
+            for what, mine, theirs in zip(("x", "router", "gate_up", "down"), (xg, *p.all()),
+                                          ref):
                 scale = theirs.grad.abs().max().item() or 1.0
                 errs[what] = (mine.grad.float() - theirs.grad).abs().max().item() / scale
             out[name] = {"relative_errors": errs, "ok": all(e < 5e-2 for e in errs.values())}
