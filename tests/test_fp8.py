@@ -143,3 +143,34 @@ def test_the_timed_experiment_needs_a_gpu():
 
     with pytest.raises(Exception, match="GPU"):
         experiment.fp8_experiment(smoke=True)
+
+
+# --------------------------------------------------------------------------------------
+# The lesson's predictions and pictures.
+# --------------------------------------------------------------------------------------
+
+
+def test_the_prediction_checks():
+    from helpers.exercises import fp8 as ex
+
+    assert ex.check_largest(448, "e4m3") and ex.check_largest(57344, "e5m2")
+    assert "inf and NaN" in ex.check_largest(240, "e4m3").message
+    assert ex.check_relative_step(0.125, "e4m3") and ex.check_relative_step(0.25, "e5m2")
+    assert "half a step" in ex.check_relative_step(0.0625, "e4m3").message
+    assert ex.check_scale_bytes(4 * 100 * 3, (100, 300), "1x128")
+    assert "not their bytes" in ex.check_scale_bytes(300, (100, 300), "1x128").message
+    assert "partial groups" in ex.check_scale_bytes(4 * 100 * 300 / 128, (100, 300),
+                                                    "1x128").message
+    assert "no answer" in ex.check_largest(None).message
+
+
+def test_every_fp8_value_is_drawn():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers.plots import fp8 as plots
+
+    e4m3, e5m2 = plots.representable("e4m3"), plots.representable("e5m2")
+    assert (len(e4m3), e4m3.max().item(), e4m3.min().item()) == (126, 448.0, 2 ** -9)
+    assert (len(e5m2), e5m2.max().item(), e5m2.min().item()) == (123, 57344.0, 2 ** -16)
+    assert plots.plot_formats().get_title() == "FP8: where the numbers are"
