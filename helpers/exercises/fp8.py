@@ -13,10 +13,10 @@ def check_largest(answer, fmt: str = "e4m3") -> Feedback:
     """Prediction: the largest finite value of ``fmt``."""
     f = fp8.format_of(fmt)
     ieee_top = 2.0 ** (2 ** (f.exponent_bits - 1) - 1) * (2 - 2.0 ** -f.mantissa_bits)
-    return check_number(f"largest {f.name}", answer, f.max, rel=1e-6, mistakes=[
-        (ieee_top, "the top exponent is kept for inf and NaN, as in IEEE formats (and e5m2); "
-                   "e4m3fn keeps it for numbers and gives up only S.1111.111 to NaN"
-         if f.name == "e4m3" else "you counted the top exponent as a number's")],
+    slip = ("the top exponent is kept for inf and NaN, as in IEEE formats (and e5m2); e4m3fn "
+            "keeps it for numbers and gives up only S.1111.111 to NaN") if f.name == "e4m3" \
+        else "you counted the top exponent as a number's"
+    return check_number(f"largest {f.name}", answer, f.max, rel=1e-6, mistakes=[(ieee_top, slip)],
         hint=f"{f.exponent_bits} exponent bits with bias 2^{f.exponent_bits - 1} - 1, and "
              f"{f.mantissa_bits} mantissa bits")
 
@@ -25,8 +25,8 @@ def check_relative_step(answer, fmt: str = "e4m3") -> Feedback:
     """Prediction: the gap between 1 and the next larger ``fmt`` value."""
     f = fp8.format_of(fmt)
     return check_number(f"{f.name} step after 1", answer, f.relative_spacing, rel=1e-6,
-                        mistakes=[(f.relative_spacing / 2, "you gave the worst rounding error, "
-                                                           "half a step")],
+                        mistakes=[(f.relative_spacing / 2,
+                                   "you gave the worst rounding error, half a step")],
                         hint="how many values does the mantissa have between 1 and 2?")
 
 
