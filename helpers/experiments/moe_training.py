@@ -32,14 +32,14 @@ from ..intensity import expert_flops
 from ..kernels import moe
 from . import experiment
 from .attention import _failure, kernel_table
-from .moe import SHAPES, SMOKE_SHAPES, TARGET_TOKENS, _profile_one, _randn, _weights
+from .moe import (GMM_LAYOUTS, SHAPES, SMOKE_SHAPES, TARGET_TOKENS, _profile_one, _randn,
+                  _weights, gmm_weights)
 
 DTYPE = "bf16"
 TOKENS = {"many_small": (2048, 8192), "few_large": (1024, 4096)}
 SMOKE_TOKENS = {"many_small": (64, 256), "few_large": (64, 256)}
 CHECK_TOKENS = 512
 OURS = "ours (Triton, experts_train)"
-GMM_LAYOUTS = ("row-major", "column-major")
 GMM = {layout: f"torch._grouped_mm autograd ({layout} W)" for layout in GMM_LAYOUTS}
 # The targets: forward + backward against the faster torch._grouped_mm layout, at the
 # token count lesson 08's forward targets hold at (experiments.moe.TARGET_TOKENS).
@@ -51,12 +51,10 @@ class Params:
     ``(E, H, 2I)`` and ``down`` ``(E, I, H)``, in a weight layout."""
 
     def __init__(self, w: moe.MoEWeights, layout: str = "row-major"):
-        if layout not in GMM_LAYOUTS:
-            raise ValueError(f"layout must be one of {GMM_LAYOUTS}, got {layout!r}")
-        gate_up, down = torch.cat([w.gate, w.up], dim=2), w.down.clone()
-        if layout == "column-major":      # a transposed copy, as nn.Linear weights come
-            gate_up, down = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (gate_up, down))
-        self.router, self.gate_up, self.down = w.router.clone(), gate_up, down
+        gate_up, down = gmm_weights(w, layout)     # lesson 08's layouts; refuses others
+        # Copies (strides kept), so that no two versions share a tensor or its gradient.
+        self.router, self.gate_up, self.down = (t.detach().clone() for t in (w.router, gate_up,
+                                                                            down))
         for t in self.all():
             t.requires_grad_()
 
