@@ -32,8 +32,16 @@ from ..intensity import expert_flops
 from ..kernels import moe
 from . import experiment
 from .attention import _failure, kernel_table
-from .moe import (GMM_LAYOUTS, SHAPES, SMOKE_SHAPES, TARGET_TOKENS, _profile_one, _randn,
-                  _weights, gmm_weights)
+from .moe import (
+    GMM_LAYOUTS,
+    SHAPES,
+    SMOKE_SHAPES,
+    TARGET_TOKENS,
+    _profile_one,
+    _randn,
+    _weights,
+    gmm_weights,
+)
 
 DTYPE = "bf16"
 TOKENS = {"many_small": (2048, 8192), "few_large": (1024, 4096)}
