@@ -88,15 +88,18 @@ def test_quantize_takes_bf16_and_refuses_a_column_view():
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("promote_every", [0, 2])
+@pytest.mark.parametrize("kernel,promote_every", [("pointer", 0), ("pointer", 32),
+                                                   ("persistent", 0), ("persistent", 128)])
 @pytest.mark.parametrize("scaling", list(fp8.SCALINGS))
-@pytest.mark.parametrize("M,N,K", [(64, 64, 256), (37, 45, 300)], ids=["even", "odd"])
-def test_scaled_matmul_is_the_dequantised_product(M, N, K, scaling, promote_every):
+@pytest.mark.parametrize("M,N,K", [(64, 64, 256), (37, 48, 304)], ids=["even", "odd"])
+def test_scaled_matmul_is_the_dequantised_product(M, N, K, scaling, kernel, promote_every):
+    """Both kernels, every scaling, with and without promotion; odd M and K (N a multiple
+    of 8, so that C's rows suit the TMA), past the last whole tile and K block."""
     ga, gb = fp8.GRANULARITY_OF[scaling]
     a, a_s = fp8.quantize(randn(M, K, seed=1), ga)
     b, b_s = fp8.quantize(randn(N, K, seed=2) / K ** 0.5, gb)
     c = fp8.scaled_matmul(a, b, a_s, b_s, scaling, out_dtype=torch.float32,
-                          promote_every=promote_every)
+                          promote_every=promote_every, kernel=kernel)
     want = fp8.scaled_matmul_reference(a, b, a_s, b_s, scaling)
     tol = 1e-4 if helpers.is_cpu() else 2e-2
     assert_close(c, want.float(), tol, tol, f"scaled_matmul {scaling} {M}x{N}x{K}",
@@ -112,6 +115,25 @@ def test_scaled_matmul_checks_its_scales():
         fp8.scaled_matmul(a, b[:, :128], a_s, b_s, "block")
     with pytest.raises(TypeError, match="a has dtype float32"):
         fp8.scaled_matmul(a.float(), b, a_s, b_s, "block")
+    with pytest.raises(ValueError, match=r"promote_every .* one of \(0, 32, 64, 128\)"):
+        fp8.scaled_matmul(a, b, a_s, b_s, "block", promote_every=4)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        fp8.scaled_matmul(a, b, a_s, b_s, "block", kernel="cublas")
+
+
+def test_the_persistent_kernel_says_what_the_tma_cannot_read():
+    a, a_s = fp8.quantize(randn(16, 200, seed=1), "tensor")    # 200-byte rows: not 16-aligned
+    b, b_s = fp8.quantize(randn(32, 200, seed=2), "tensor")
+    with pytest.raises(ValueError, match="rows are not contiguous and 16-byte aligned"):
+        fp8.scaled_matmul(a, b, a_s, b_s, kernel="persistent")
+    c = fp8.scaled_matmul(a, b, a_s, b_s, out_dtype=torch.float32)     # "auto" falls back
+    assert_close(c, fp8.scaled_matmul_reference(a, b, a_s, b_s).float(), 2e-2, 2e-2, "fallback")
+
+
+def test_block_scales_of_activations_are_kept_column_major():
+    """The matmul reads one K block's scales for a tile's rows side by side."""
+    _, s = fp8.quantize(randn(40, 384, seed=3), "1x128")
+    assert s.shape == (40, 3) and s.stride() == (1, 40)
 
 
 # --------------------------------------------------------------------------------------

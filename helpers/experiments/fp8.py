@@ -31,7 +31,7 @@ from . import experiment
 from .attention import _failure
 
 SCALINGS = ("tensor", "row", "block")
-PROMOTE = 4                      # K blocks per promotion in the "tensor, promoted" row
+PROMOTE = 128   # K values per promotion in the "promoted" rows: DeepSeek-V3's interval
 OUTLIER_CHANNELS = 4
 OUTLIER_SCALES = (1.0, 1e2, 1e3, 1e4, 1e5)
 # (M, N, K): squares and LLM projections (a 4,096-wide model's MLP up and down, 8k tokens).

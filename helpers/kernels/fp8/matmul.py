@@ -16,11 +16,17 @@ both operands K-major, which this layout is: row ``n`` of ``B`` is column ``n`` 
 
 **Promotion.** DeepSeek-V3 (technical report, section 3.3.2) measured that Hopper's FP8
 tensor cores keep only about 14 bits in the accumulator they sum into, so a long K loses
-precision, and moved the partial sum into fp32 on the CUDA cores every 128 values
-(4 WGMMAs). The block path does that by construction; ``promote_every`` does it for the
-other two: the tensor cores accumulate ``promote_every`` K blocks, then the partial sum is
-added into an fp32 total (0: never, the whole K in one accumulator chain). In the
-interpreter every sum is exact, so only a GPU shows the difference.
+precision, and moved the partial sum into fp32 on the CUDA cores every 128 values of K
+(4 WGMMAs). The block path does that by construction (each K block's product is taken on
+its own). For the other two, ``promote_every`` asks Triton for the same thing:
+``tl.dot(a, b, acc, max_num_imprecise_acc=P)`` makes the compiler add the tensor cores'
+partial sum into the fp32 accumulator every ``P`` values of K (0: Triton's default for FP8
+on Hopper, 2^30, never). In the interpreter every sum is exact, so only a GPU shows the
+difference.
+
+On a Hopper GPU, with operands the TMA can read, :func:`scaled_matmul` runs the same
+product on the persistent kernel of :mod:`~helpers.kernels.fp8.persistent`; this one is
+the readable version, and the fallback for everything else.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import triton.language as tl
 from ... import runtime
 from ..checks import check_tensor
 from ..matmul.ladder import grouped_tile
+from . import persistent
 from .formats import dequantize
 
 SCALINGS = {"tensor": 0, "row": 1, "block": 2}
@@ -39,13 +46,16 @@ SCALINGS = {"tensor": 0, "row": 1, "block": 2}
 GRANULARITY_OF = {"tensor": ("tensor", "tensor"), "row": ("row", "row"),
                   "block": ("1x128", "128x128")}
 SCALE_BLOCK = 128
+# K values summed by the tensor cores before each promotion (at most one K block of 128).
+PROMOTE_CHOICES = (0, 32, 64, 128)
+KERNELS = ("auto", "persistent", "pointer")
 
 
 @triton.jit
 def fp8_matmul_kernel(a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, M, N, K,
                       stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
-                      stride_asm, stride_bsn,
-                      SCALING: tl.constexpr, PROMOTE_EVERY: tl.constexpr,
+                      stride_asm, stride_ask, stride_bsn, stride_bsk,
+                      SCALING: tl.constexpr, PROMOTE: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr):
     pid_m, pid_n = grouped_tile(tl.program_id(axis=0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
@@ -57,33 +67,29 @@ def fp8_matmul_kernel(a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, M, N, K,
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows.to(tl.int64)[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + cols.to(tl.int64)[None, :] * stride_bn + offs_k[:, None] * stride_bk
-    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)     # fp32, on the CUDA cores
-    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)      # the tensor cores' sum
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)       # fp32, in registers
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         if SCALING == 2:
             # This K block's scales: one a row of A, one a 128-column block of B.
-            a_s = tl.load(as_ptr + rows * stride_asm + k)
-            b_s = tl.load(bs_ptr + (cols // 128) * stride_bsn + k)
-            total += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+            a_s = tl.load(as_ptr + rows * stride_asm + k * stride_ask)
+            b_s = tl.load(bs_ptr + (cols // 128) * stride_bsn + k * stride_bsk)
+            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        elif PROMOTE > 0:
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE)
         else:
-            part = tl.dot(a, b, part)
-            if PROMOTE_EVERY > 0:        # a constexpr: no modulo by 0 is ever compiled
-                if (k + 1) % PROMOTE_EVERY == 0:  # noqa: SIM102
-                    total += part
-                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if SCALING == 0:
-        total = (total + part) * (tl.load(as_ptr) * tl.load(bs_ptr))
+        acc = acc * (tl.load(as_ptr) * tl.load(bs_ptr))
     elif SCALING == 1:
-        a_s = tl.load(as_ptr + rows * stride_asm)
-        b_s = tl.load(bs_ptr + cols * stride_bsn)
-        total = (total + part) * a_s[:, None] * b_s[None, :]
+        acc = acc * tl.load(as_ptr + rows * stride_asm)[:, None] \
+            * tl.load(bs_ptr + cols * stride_bsn)[None, :]
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty),
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
@@ -104,14 +110,22 @@ def _check_scales(name, s, want) -> None:
 
 
 def scaled_matmul(a, b, a_scale, b_scale, scaling: str = "tensor", *,
-                  out_dtype=torch.bfloat16, promote_every: int = 0, setting=None):
+                  out_dtype=torch.bfloat16, promote_every: int = 0, kernel: str = "auto",
+                  setting=None):
     """``(a * a_scale) @ (b * b_scale)^T`` for FP8 ``a`` ``(M, K)`` and ``b`` ``(N, K)``.
 
     ``scaling`` and the scales' shapes: ``"tensor"`` ``(1, 1)`` each; ``"row"`` ``(M, 1)``
     and ``(N, 1)``; ``"block"`` ``(M, K/128)`` and ``(N/128, K/128)`` (rounded up), the
     shapes :func:`~helpers.kernels.fp8.quantize.quantize` returns for the matching
     granularities (:data:`GRANULARITY_OF`).
+
+    ``kernel``: ``"persistent"`` (:mod:`~helpers.kernels.fp8.persistent`, tuned per shape on
+    a GPU), ``"pointer"`` (this module's) or ``"auto"``: the persistent one on a Hopper GPU
+    when the TMA can read the operands, the pointer one otherwise (and in the interpreter).
+    ``setting``: that kernel's tile setting, instead of its default or its tuner.
     """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {list(SCALINGS)}, got {scaling!r}")
     fp8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -126,11 +140,31 @@ def scaled_matmul(a, b, a_scale, b_scale, scaling: str = "tensor", *,
             "block": ((M, blocks), (-(-N // SCALE_BLOCK), blocks))}[scaling]
     _check_scales("a_scale", a_scale, want[0])
     _check_scales("b_scale", b_scale, want[1])
-    if isinstance(promote_every, bool) or not isinstance(promote_every, int) or promote_every < 0:
-        raise ValueError(f"promote_every must be a whole number >= 0, got {promote_every!r}")
+    if promote_every not in PROMOTE_CHOICES or isinstance(promote_every, bool):
+        raise ValueError(f"promote_every is the K values the tensor cores sum before the fp32 "
+                         f"total takes them: one of {PROMOTE_CHOICES} (0: never); got "
+                         f"{promote_every!r}")
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
     if M == 0 or N == 0:
         return c
+    if K == 0:
+        return c.zero_()
+    mode = SCALINGS[scaling]
+    fits, why = persistent.usable(a, b, out_dtype)
+    if kernel == "persistent" and not fits:
+        raise ValueError(f"the persistent kernel cannot take these operands: {why}; pass "
+                         f"kernel='pointer' (or 'auto')")
+    if kernel == "persistent" or (kernel == "auto" and fits and runtime.is_gpu()):
+        persistent.launch(a, b, c, a_scale, b_scale, mode, promote_every, setting)
+        return c
+    setting = dict(setting or (CPU_SETTING if runtime.is_cpu() else GPU_SETTING))
+    if scaling == "block":
+        setting["BLOCK_K"] = SCALE_BLOCK
+    grid = (triton.cdiv(M, setting["BLOCK_M"]) * triton.cdiv(N, setting["BLOCK_N"]),)
+    fp8_matmul_kernel[grid](a, b, c, a_scale, b_scale, M, N, K, *a.stride(), *b.stride(),
+                            *c.stride(), *a_scale.stride(), *b_scale.stride(), SCALING=mode,
+                            PROMOTE=min(promote_every, setting["BLOCK_K"]), **setting)
+    return c
     setting = dict(setting or (CPU_SETTING if runtime.is_cpu() else GPU_SETTING))
     if scaling == "block":
         setting["BLOCK_K"] = SCALE_BLOCK

@@ -60,7 +60,7 @@ def round_to_format(v, MANTISSA_BITS: tl.constexpr, SMALLEST_NORMAL: tl.constexp
 
 
 @triton.jit
-def quantize_groups_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm,
+def quantize_groups_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, stride_sk,
                            FMT_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr,
                            SMALLEST_NORMAL: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
                            GROUP_M: tl.constexpr, TILE_M: tl.constexpr,
@@ -77,11 +77,11 @@ def quantize_groups_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stri
         amax = tl.max(amax, axis=0)                        # one for the whole tile
         scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
         q = x / scale
-        tl.store(s_ptr + pid_m * stride_sm + pid_k, scale)
+        tl.store(s_ptr + pid_m * stride_sm + pid_k * stride_sk, scale)
     else:
         scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
         q = x / scale[:, None]
-        tl.store(s_ptr + rows * stride_sm + pid_k, scale, mask=rows < M)
+        tl.store(s_ptr + rows * stride_sm + pid_k * stride_sk, scale, mask=rows < M)
     q = tl.minimum(tl.maximum(q, -FMT_MAX), FMT_MAX)       # saturate: never inf or NaN
     if SOFTWARE_ROUNDING:
         q = round_to_format(q, MANTISSA_BITS, SMALLEST_NORMAL)
@@ -141,14 +141,19 @@ def quantize(x: torch.Tensor, granularity: str = "1x128", fmt="e4m3"):
     rounding = {"FMT_MAX": fmt.max, "MANTISSA_BITS": fmt.mantissa_bits,
                 "SMALLEST_NORMAL": fmt.smallest_normal, "SOFTWARE_ROUNDING": runtime.is_cpu()}
     q = torch.empty((M, K), device=x.device, dtype=fmt.dtype)
-    scale = torch.ones(scale_shape(granularity, (M, K)), device=x.device, dtype=torch.float32)
+    sm, sk = scale_shape(granularity, (M, K))
+    # 1 x 128 scales column-major (a transposed view): the matmul reads one K block's
+    # scales for a tile's rows side by side (helpers.kernels.fp8.persistent).
+    scale = (torch.ones((sk, sm), device=x.device, dtype=torch.float32).T
+             if granularity == "1x128" else
+             torch.ones((sm, sk), device=x.device, dtype=torch.float32))
     if x.numel() == 0:
         return q, scale
     if granularity in ("1x128", "128x128"):
         tile_m = ROWS_1X128 if gm == 1 else gm
         grid = (triton.cdiv(M, tile_m), triton.cdiv(K, gk))
         quantize_groups_kernel[grid](x, q, scale, M, K, x.stride(0), q.stride(0),
-                                     scale.stride(0), GROUP_M=gm, TILE_M=tile_m, GROUP_K=gk,
+                                     *scale.stride(), GROUP_M=gm, TILE_M=tile_m, GROUP_K=gk,
                                      **rounding)
         return q, scale
     per_row = granularity == "row"
