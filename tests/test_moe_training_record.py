@@ -2,6 +2,9 @@
 committed record: complete, every gradient checked, the report's rows and the lesson's
 table agreeing, and the targets the lesson says are met met."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from helpers.experiments import moe as forward_experiment
@@ -18,12 +21,19 @@ def test_the_targets_hold_at_measured_token_counts():
         assert tokens in experiment.TOKENS[key], f"{key}: the target's token count is timed"
 
 
-@pytest.fixture(scope="module")
-def rec():
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _committed() -> list:
     from helpers import records
 
-    have = records.available("moe_training")
-    return committed_record("moe_training", have[0] if have else None)
+    return records.available("moe_training") or [None]
+
+
+@pytest.fixture(scope="module", params=_committed())
+def rec(request):
+    """Every committed record (one per GPU), each held to the same claims."""
+    return committed_record("moe_training", request.param)
 
 
 def test_every_version_ran_and_every_gradient_is_checked(rec):
@@ -63,7 +73,11 @@ def test_the_many_experts_target_is_met_and_its_win_is_the_forwards(rec):
     ours = next(v for v in e["versions"] if v["name"] == experiment.OURS)
     base = experiment.fastest_baseline(e)
     assert base["forward"]["ms"] / ours["forward"]["ms"] > experiment.speedup(e)
-    assert experiment.speedup(e) < 1.5, "a win over 1.5x needs the lesson's explanation"
+    if experiment.speedup(e) >= 1.5:      # the course's rule: explained in the lesson
+        lesson = json.loads((ROOT / "notebooks" / "08_moe.ipynb").read_text())
+        text = " ".join("".join(c["source"]) for c in lesson["cells"] if c["cell_type"] == "markdown")
+        assert "the fused forward carries the win" in " ".join(text.split()), \
+            "a win over 1.5x needs the lesson's explanation"
 
 
 def test_the_checks_reference_is_the_spec():

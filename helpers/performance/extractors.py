@@ -309,6 +309,41 @@ def moe_training(rec) -> list[Row]:
     return rows
 
 
+def fp8(rec) -> list[Row]:
+    """Lesson 09: per-tensor and row-wise scaled FP8 beside ``torch._scaled_mm`` and beside
+    the course's bf16 matmul at every shape (drawn ones included), block scales beside our
+    per-tensor kernel at the shape its target names, and the quantisation kernel beside a
+    copy."""
+    from ..experiments import fp8 as f
+
+    ctx = Context(rec)
+    rows = []
+    ours, block = "ours, tensor scales", "ours, block scales"
+    for e in ctx.res["speed"]:
+        M, N, K = e["shape"]
+        shape = f"{M} x {N} x {K}{' (drawn)' if e['drawn'] else ''}"
+        rows.append(versions(ctx, e, ours, "torch._scaled_mm, tensor scales", "FP8 matmul, "
+                             "per-tensor scales", shape, "TFLOP/s", "fp8",
+                             [("fp8_vs_scaled_mm", by_ratio)]))
+        rows.append(versions(ctx, e, "ours, row scales", "torch._scaled_mm, row scales",
+                             "FP8 matmul, row scales", shape, "TFLOP/s", "fp8"))
+        rows.append(versions(ctx, e, ours, "course matmul, bf16", "FP8 matmul, per-tensor "
+                             "scales", shape, "TFLOP/s", "fp8", [("fp8_vs_bf16", by_ratio)]))
+        if tuple(e["shape"]) == f.BLOCK_VS_TENSOR[1]:
+            rows.append(versions(ctx, e, block, ours, "FP8 matmul, 1x128 / 128x128 block "
+                                 "scales", shape, "TFLOP/s", "fp8",
+                                 [("fp8_block_vs_tensor", by_ratio)]))
+    q, granularity = ctx.res["quantize"], f.QUANTIZE_OF_COPY[1]
+    mine, copy = q[granularity], q["copy"]
+    ratio = None if failure(mine) else copy["ms"] / mine["ms"] * mine["bytes"] / (
+        2 * q["shape"][0] * q["shape"][1] * 2)
+    rows.append(ctx.row(f"FP8 quantisation, {granularity} groups", " x ".join(
+        map(str, q["shape"])) + " bf16 -> e4m3", "a copy (Tensor.copy_)",
+        rate_of(mine, "GB/s", mine.get("bytes")), Value(copy["gbps"], "GB/s"), ratio,
+        "bf16", [("fp8_quantize", by_ratio)]))
+    return rows
+
+
 def _if_set(target: str) -> list:
     """A ratio's target, where the course sets one (lesson 08's are per shape)."""
     return [(target, by_ratio)] if target in TARGETS else []
@@ -381,7 +416,8 @@ def fusion_more(rec) -> list[Row]:
 EXTRACTORS = {"memory_wall": memory_wall, "memory_levels": memory_levels,
               "vector_add": vector_add, "tiling": tiling, "tf32": tf32, "fusion": fusion,
               "fusion_more": fusion_more, "attention": attention, "autotuning": autotuning,
-              "moe": moe, "attention_decode": attention_decode, "moe_training": moe_training}
+              "moe": moe, "attention_decode": attention_decode, "moe_training": moe_training,
+              "fp8": fp8}
 # A lesson's further experiments: the topic of the lesson each belongs to.
 TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fusion",
             "attention_tiles": "attention", "attention_decode": "attention",

@@ -18,6 +18,7 @@ from .. import hardware
 from ..experiments import attention as _AP
 from ..experiments import attention_decode as _AD
 from ..experiments import autotuning as _AT
+from ..experiments import fp8 as _FP8
 from ..experiments import fusion as _FU
 from ..experiments import moe as _MOE
 from ..experiments import moe_training as _MOE_TRAINING
@@ -168,3 +169,20 @@ def _lesson_08() -> dict:
 
 
 TARGETS.update(_lesson_08())
+_FP8_SRC = "helpers/experiments/fp8.py, {}; tests/test_fp8_record.py"
+TARGETS.update({
+    "fp8_vs_scaled_mm": Target(_FP8.TENSOR_VS_SCALED_MM, "x", "lesson 09's FP8 matmul, "
+                               "per-tensor scales, every shape: {goal} the speed of "
+                               "torch._scaled_mm", _FP8_SRC.format("TENSOR_VS_SCALED_MM"),
+                               gpus=_HOPPER),
+    "fp8_vs_bf16": Target(_FP8.VS_BF16, "x", "lesson 09's FP8 matmul, per-tensor scales, every "
+                          "shape: {goal} the speed of the course's bf16 matmul",
+                          _FP8_SRC.format("VS_BF16"), gpus=_HOPPER),
+    "fp8_block_vs_tensor": Target(_FP8.BLOCK_VS_TENSOR[0], "x", "lesson 09's block-scaled FP8 "
+                                  "matmul at {}^3: {{goal}} the speed of its per-tensor one"
+                                  .format(_FP8.BLOCK_VS_TENSOR[1][0]),
+                                  _FP8_SRC.format("BLOCK_VS_TENSOR"), gpus=_HOPPER),
+    "fp8_quantize": Target(_FP8.QUANTIZE_OF_COPY[0], "%", "lesson 09's quantisation kernel, "
+                           f"{_FP8.QUANTIZE_OF_COPY[1]} groups: {{goal}} of a copy's bandwidth",
+                           _FP8_SRC.format("QUANTIZE_OF_COPY"), gpus=_HOPPER),
+})

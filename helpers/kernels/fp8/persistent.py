@@ -66,11 +66,15 @@ def fp8_matmul_persistent_kernel(a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K
             b = b_desc.load([col, k * BLOCK_K]).T
             if SCALING == 2:
                 # This K block alone out of the tensor cores, times its scales, into fp32.
-                a_s = tl.load(as_ptr + offs_m * stride_asm + k * stride_ask, mask=offs_m < M,
-                              other=0.0)
-                b_s = tl.load(bs_ptr + (offs_n // BLOCK_K) * stride_bsn + k * stride_bsk,
-                              mask=offs_n < N, other=0.0)
-                acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+                # A tile's columns lie in one 128-wide block of B: its scale is one number,
+                # folded into A's so that the update is a single FMA an element (a product
+                # and a sum on the CUDA cores per element per K block: the time the tensor
+                # cores wait, since this block's product must finish before it is scaled).
+                tl.static_assert(BLOCK_K % BLOCK_N == 0, "block scaling: BLOCK_N divides 128")
+                s = tl.load(as_ptr + offs_m * stride_asm + k * stride_ask, mask=offs_m < M,
+                            other=0.0) * tl.load(bs_ptr + (col // BLOCK_K) * stride_bsn
+                                                 + k * stride_bsk)
+                acc = tl.fma(tl.dot(a, b), s[:, None], acc)
             elif PROMOTE > 0:
                 acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE)
             else:
@@ -103,7 +107,8 @@ def _set_boxes(nargs: dict) -> None:
 SPACE = [
     _config(128, 256, 8, 3), _config(128, 256, 8, 3, flatten=True),
     _config(256, 128, 8, 3), _config(128, 128, 8, 4), _config(128, 128, 4, 4),
-    _config(128, 128, 8, 5, flatten=True), _config(64, 128, 4, 5), _config(64, 64, 4, 6),
+    _config(128, 128, 8, 5), _config(128, 128, 8, 5, flatten=True), _config(64, 128, 4, 5),
+    _config(64, 64, 4, 6),
 ]
 CPU_SETTING = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": BLOCK_K, "GROUP_M": 2,
                "FLATTEN": False, "num_warps": 4, "num_stages": 1}
@@ -117,13 +122,16 @@ def shared_memory_bytes(config: triton.Config, out_bytes: int = 2) -> int:
 
 
 def prune(configs, named_args, **kwargs) -> list:
-    """Triton's ``early_config_prune``: settings whose shared memory fits this GPU and whose
-    tiles are not mostly past the edge of the shape."""
+    """Triton's ``early_config_prune``: settings whose shared memory fits this GPU, whose
+    tiles are not mostly past the edge of the shape, and (block scales) whose tile columns
+    lie in one block of B."""
     limit = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
     out_bytes = named_args["c_desc"].base.element_size()
     M, N = named_args["M"], named_args["N"]
+    block = {**named_args, **kwargs}.get("SCALING") == 2
     kept = [c for c in configs
             if shared_memory_bytes(c, out_bytes) <= limit
+            and not (block and BLOCK_K % c.kwargs["BLOCK_N"])
             and c.kwargs["BLOCK_M"] <= max(64, 2 * M) and c.kwargs["BLOCK_N"] <= max(64, 2 * N)]
     return kept or list(configs[-1:])
 
