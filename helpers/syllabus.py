@@ -50,6 +50,8 @@ LESSONS = [
            "Which block sizes, warps and stages suit this GPU?"),
     Lesson("08", "08_moe.ipynb", "Mixture-of-Experts",
            "How do grouped matmuls route tokens to experts?"),
+    Lesson("09", "09_fp8.ipynb", "Eight-bit floats",
+           "How much faster is a matmul in FP8, and what do its scales cost in accuracy?"),
 ]
 
 

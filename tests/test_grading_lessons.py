@@ -25,6 +25,7 @@ import plants_05
 import plants_06
 import plants_07
 import plants_08
+import plants_09
 from planting import (LIMITS, assert_blank, assert_full_marks,  # tests/planting.py
                       assert_loses_exactly, grade_plants)
 
@@ -89,3 +90,7 @@ class TestAutotuning07(GradedLesson):
 
 class TestMoe08(GradedLesson):
     assignment, plants = "08_moe", plants_08.PLANTS
+
+
+class TestFp809(GradedLesson):
+    assignment, plants = "09_fp8", plants_09.PLANTS

@@ -21,6 +21,8 @@ from __future__ import annotations
 # call to one is part of the exercise, not reuse.
 HANDED_OUT = {
     "06_flash_attention": ("helpers.kernels.attention.forward_config",),
+    # Triton's interpreter converts fp32 to fp8 wrongly: its kernels round first with this.
+    "09_fp8": ("helpers.kernels.fp8.quantize.round_to_format",),
 }
 
 
@@ -52,7 +54,7 @@ def problem(part, data: dict | None, calls, statement_calls: dict,
         info = kernels.get(name)
         if not isinstance(info, dict):
             continue
-        course = [str(c) for c in info.get("course") or []]
+        course = [str(c) for c in info.get("course") or [] if str(c) not in allowed]
         if course:
             return (f"your kernel {name} calls the course's {course[0]}: write the device "
                     "code yourself")
