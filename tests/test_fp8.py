@@ -196,3 +196,19 @@ def test_every_fp8_value_is_drawn():
     assert (len(e4m3), e4m3.max().item(), e4m3.min().item()) == (126, 448.0, 2 ** -9)
     assert (len(e5m2), e5m2.max().item(), e5m2.min().item()) == (123, 57344.0, 2 ** -16)
     assert plots.plot_formats().get_title() == "FP8: where the numbers are"
+
+
+@pytest.mark.parametrize("scaling", list(fp8.SCALINGS))
+def test_a_shapes_later_calls_take_their_own_operands(scaling):
+    """On a GPU the first call of a shape keeps a launch plan (the compiled kernel, the
+    descriptors' encodings per tensor): later calls with other tensors and other scales
+    must still compute their own product."""
+    ga, gb = fp8.GRANULARITY_OF[scaling]
+    M, N, K = (256, 384, 512) if helpers.is_gpu() else (40, 48, 256)
+    for seed in (1, 2, 3):
+        a, a_s = fp8.quantize(randn(M, K, seed=seed) * seed, ga)
+        b, b_s = fp8.quantize(randn(N, K, seed=10 + seed) / K ** 0.5, gb)
+        c = fp8.scaled_matmul(a, b, a_s, b_s, scaling, out_dtype=torch.float32)
+        want = fp8.scaled_matmul_reference(a, b, a_s, b_s, scaling).float()
+        tol = 1e-4 if helpers.is_cpu() else 2e-2
+        assert_close(c, want, tol, tol, f"call {seed} of {scaling} at {M}x{N}x{K}")
