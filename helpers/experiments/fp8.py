@@ -239,5 +239,10 @@ def fp8_experiment(smoke: bool = False) -> dict:
            "accuracy": accuracy_table(smoke), "accumulation": accumulation_table(smoke),
            "speed": _speed(shapes, drawn),
            "quantize": _quantize_speed(*((256, 512) if smoke else (8192, 8192)))}
+    # The persistent kernel's tuner: the setting it chose for each key (size class, scaling,
+    # promotion), for reading a row that runs slower than its neighbours.
+    tuner = fp8.persistent.fp8_matmul_persistent_tuned
+    out["tuned"] = {str(k): {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
+                    for k, c in tuner.cache.items()}
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out
