@@ -200,6 +200,25 @@ def collect(assignment: Assignment, key: str, namespace: dict, seed: int):
 # ------------------------------------------------------------------------------------
 
 
+def call_on_draws(ns: dict, name: str, calls, plain) -> dict:
+    """In the learner's process: the notebook's function ``name`` on each argument tuple of
+    ``calls`` (drawn from the grader's seed), each result made plain data by ``plain``, an
+    exception recorded as text; ``{"missing": name}`` or ``{"not_implemented": True}`` when
+    it is not defined or still a stub."""
+    try:
+        fn, out = answer(ns, name), {}
+    except MissingAnswer:               # judged "not defined"
+        return {"missing": name}
+    for i, args in enumerate(calls):
+        try:
+            out[i] = plain(fn(*args))
+        except Exception as err:  # noqa: BLE001 - the learner's error, reported
+            if is_not_implemented(err):
+                return {"not_implemented": True}
+            out[i] = f"raised {type(err).__name__}: {str(err)[:200]}"
+    return {"values": out}
+
+
 def is_not_implemented(err: BaseException) -> bool:
     """True if ``err`` is (or was caused by) a stub's ``raise NotImplementedError``.
 

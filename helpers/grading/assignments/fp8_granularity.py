@@ -19,7 +19,7 @@ import random
 import torch
 
 from ...feedback import Feedback, not_implemented
-from ..registry import SEED, MissingAnswer, answer, is_not_implemented
+from ..registry import SEED, MissingAnswer, call_on_draws
 
 GRANULARITIES = ("tensor", "row", "1x128", "128x128")
 GROUP = 128
@@ -65,19 +65,7 @@ def _plain(v):
 
 
 def _run(ns, name, calls) -> dict:
-    try:
-        fn = answer(ns, name)
-    except MissingAnswer:
-        return {"missing": name}
-    out = {}
-    for i, args in enumerate(calls):
-        try:
-            out[i] = _plain(fn(*args))
-        except Exception as err:  # noqa: BLE001 - the learner's error, reported
-            if is_not_implemented(err):
-                return {"not_implemented": True}
-            out[i] = f"raised {type(err).__name__}: {str(err)[:200]}"
-    return {"values": out}
+    return call_on_draws(ns, name, calls, _plain)
 
 
 def _values(raw, part):

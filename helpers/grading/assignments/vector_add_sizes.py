@@ -15,7 +15,7 @@ import math
 import random
 
 from ...feedback import Feedback, not_implemented
-from ..registry import SEED, MissingAnswer, answer, is_not_implemented
+from ..registry import SEED, MissingAnswer, call_on_draws
 
 NAME = "smallest_add"
 DRAWS = 10
@@ -56,18 +56,7 @@ def _plain(v):
 
 def collect(ns, seed) -> dict:
     """In the learner's process: the function on the draws of ``seed``, as plain data."""
-    try:
-        fn, out = answer(ns, NAME), {}
-    except MissingAnswer:               # judged "not defined"
-        return {"missing": NAME}
-    for i, args in enumerate(draws(seed)):
-        try:
-            out[i] = _plain(fn(*args))
-        except Exception as err:  # noqa: BLE001 - the learner's error, reported
-            if is_not_implemented(err):
-                return {"not_implemented": True}
-            out[i] = f"raised {type(err).__name__}: {str(err)[:200]}"
-    return {"values": out}
+    return call_on_draws(ns, NAME, draws(seed), _plain)
 
 
 def _slip(n: float, fraction, itemsize, bandwidth_gbs, floor_us) -> str:
