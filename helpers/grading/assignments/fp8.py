@@ -77,7 +77,8 @@ def quantize_1x128_reference(x: torch.Tensor):
 # Part 2: the quantisation kernel.
 # ------------------------------------------------------------------------------------
 
-SHAPES = ((1, 1), (3, 128), (5, 300), (16, 256), (7, 1000), (33, 129))
+# No rows; one value; one whole group; partial groups; just past a group.
+SHAPES = ((0, 300), (1, 1), (3, 128), (5, 300), (16, 256), (7, 1000), (33, 129))
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 ROWS = ("random", "zero groups", "saturating", "powers of two")
 COMPILED_SHAPES = ((8192, 8192, torch.bfloat16), (4097, 1000, torch.float32))
