@@ -79,3 +79,22 @@ def test_the_per_tensor_kernel_holds_its_targets(rec):
     for r in rows:
         if "_scaled_mm" in r.baseline and r.ratio is not None:
             assert r.ratio < 1.5, (r.kernel, r.shape, r.ratio)
+
+
+def test_the_lessons_reading_of_promotion_and_block_scales(rec):
+    """Lesson 09, section 5: promotion lands near the napkin math (a CUDA-core FMA per
+    element per K block, not overlapped with the tensor cores), block scales fall further,
+    and in the committed record they miss their target (the lesson says so)."""
+    from helpers import hardware
+
+    gpu = hardware.lookup(rec.gpu)
+    tensor_core, cuda_core = 2 * 128 / gpu.peak("fp8"), 2 / gpu.peak("fp32")
+    napkin = tensor_core / (tensor_core + cuda_core)
+    big = next(e for e in rec.results["speed"] if tuple(e["shape"]) == experiment.SHAPES[1])
+    tflops = {v["name"]: v["tflops"] for v in big["versions"] if "tflops" in v}
+    base = tflops["ours, tensor scales"]
+    promoted = tflops[f"ours, tensor scales, promoted every {experiment.PROMOTE}"] / base
+    block = tflops["ours, block scales"] / base
+    assert abs(promoted / napkin - 1) < 0.1, (promoted, napkin)
+    assert block < promoted
+    assert block < experiment.BLOCK_VS_TENSOR[0], "the lesson says block scales miss"
