@@ -4,9 +4,11 @@ one in part 2 (parts that do not read one another: :func:`planting.together`).
 Scales counted without their 4 bytes, partial edge groups dropped, the granularity picked
 by error alone, the course's scale_shape behind the learner's; in the kernel: one amax for
 the whole tile instead of each row's group, log2 of a group of zeros (NaN), no saturation
-before the cast, and the lesson's amax / 448 instead of a power of two. Each plant is made
-from solutions/09_fp8.ipynb (a replacement that no longer applies fails loudly) and graded
-by tests/test_grading_lessons.py.
+before the cast, and the lesson's amax / 448 instead of a power of two. On a GPU, part 3c's
+promotion never chosen (a plant of GPU-only parts: tests/test_grading_09.py grades it in GPU
+mode; CPU mode, where 3c waits for a GPU, leaves it out). Each plant is made from
+solutions/09_fp8.ipynb (a replacement that no longer applies fails loudly) and graded by
+tests/test_grading_lessons.py.
 """
 
 from planting import edit, together  # tests/planting.py
@@ -19,6 +21,10 @@ BITS_SCALE = """    exponent = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) 
 CLAMP = "q = tl.minimum(tl.maximum(x / scale[:, None], -448.0), 448.0)    # saturate"
 SHAPE = "return (-(-M // rows), -(-K // cols))     # partial groups at the edges count"
 PICK = "return min(within, key=lambda g: (math.prod(scale_shape_for(tuple(x.shape), g)), errors[g]))"
+PROMOTE = """    for every in (0, 128, 64, 32):
+        if promotion_error(a, b, a_scale, b_scale, every) <= budget:
+            return every
+    return 32"""
 
 PLANTS = {
     "scales_at_one_byte_and_one_amax_a_tile": together(
@@ -42,4 +48,6 @@ PLANTS = {
          {"1a": "partial group", "1b": "wrong"}, ("1c",)),
         (edit([(BITS_SCALE, "    scale = tl.where(amax > 0, amax / 448.0, 1.0)")]),
          {"2a": "powers of two"})),
+    # A solution that never promotes: the drift over a long K past the budget goes unseen.
+    "promotion_missing": (edit([(PROMOTE, "    return 0")]), {"3c": "never promote"}),
 }

@@ -16,6 +16,7 @@ grader's command line over a folder and tests that run's gradebook too, so it st
 
 from __future__ import annotations
 
+import nbformat
 import pytest
 
 from helpers.grading import registry
@@ -27,7 +28,7 @@ import plants_07
 import plants_08
 import plants_09
 from planting import (LIMITS, assert_blank, assert_full_marks,  # tests/planting.py
-                      assert_loses_exactly, grade_plants)
+                      assert_loses_exactly, grade_plants, solution)
 
 
 class GradedLesson:
@@ -60,7 +61,11 @@ class GradedLesson:
         assert_blank(graded["blank"], self.spec)
 
     def test_a_planted_mistake_loses_exactly_its_points(self, graded, plant):
-        _, expected, *either = self.plants[plant]
+        make, expected, *either = self.plants[plant]
+        if plant not in graded:
+            make(nbformat.read(solution(self.assignment), as_version=4))   # still applies
+            pytest.skip(f"{plant} loses only parts graded on a GPU (tests/test_grading_"
+                        f"{self.assignment[:2]}.py grades it in GPU mode on a GPU machine)")
         assert_loses_exactly(graded[plant], self.spec, expected, *either)
 
 

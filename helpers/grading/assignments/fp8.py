@@ -12,7 +12,7 @@ exponent, no mantissa: multiplying by one is exact, and one byte stores it): for
 Every expected value is computed here from the grader's own draws (the inputs come from
 the grader's seed, unknown to the notebook); nothing is stored to be matched.
 
-Parts (24 points; 18 graded in CPU mode, the last 6 on a GPU):
+Parts (27 points; 18 graded in CPU mode, the last 9 on a GPU):
 
 =====  ============================================================  ======
 1a     ``scale_shape_for(shape, granularity)`` on drawn shapes             3
@@ -25,6 +25,9 @@ Parts (24 points; 18 graded in CPU mode, the last 6 on a GPU):
 3a     at least 80% of a copy's bandwidth, 8192 x 8192 bf16 (GPU)         3
 3b     into the course's block-scaled matmul: within the error of the     3
        course's own quantisation, and no slower (GPU)
+3c     ``pick_promotion``: the least promotion of a long FP8 sum that     3
+       stays within an error budget, on matmuls the grader draws and
+       measures (GPU; :mod:`.fp8_promotion`)
 =====  ============================================================  ======
 """
 
@@ -38,8 +41,10 @@ from ..gpu import gpu_lock
 from ..registry import Assignment, Part, answer, check_function
 from .fp8_granularity import (_collect_overhead, _collect_pick, _collect_shapes,
                               _judge_overhead, _judge_pick, _judge_shapes)
+from .fp8_promotion import _collect_promotion, _judge_promotion
 # The assignment's notebook imports these from here, beside its checks.
 from .fp8_granularity import GRANULARITIES, drawn_tensor  # noqa: F401
+from .fp8_promotion import drawn_operands  # noqa: F401
 
 E4M3_MAX = 448.0
 E4M3_EMAX = 8                    # 448 = 1.75 x 2^8
@@ -276,6 +281,8 @@ ASSIGNMENT = Assignment(
              group="gpu", collect=_collect_gpu, after="kernel"),
         Part("3b", "into the course's matmul", 3, _end_to_end, ("quantize_1x128",), gpu=True,
              group="gpu", collect=_collect_gpu, after="kernel"),
+        Part("3c", "pick_promotion", 3, _judge_promotion, ("pick_promotion",), gpu=True,
+             collect=_collect_promotion),
     ),
 )
 
@@ -288,3 +295,7 @@ check_kernel = check_function(ASSIGNMENT, ("2a", "2b"),
 
 check_gpu = check_function(ASSIGNMENT, ("3a", "3b"),
     "Part 3: its bandwidth and the course's matmul on its output (GPU mode; pending on a CPU).")
+
+check_promotion = check_function(ASSIGNMENT, ("3c",),
+    "Part 3c: ``pick_promotion`` on matmuls the grader draws and measures (GPU mode; pending "
+    "on a CPU).")
