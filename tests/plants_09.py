@@ -18,7 +18,7 @@ BITS_SCALE = """    exponent = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) 
     # 2^(exponent - 8), built from its bits: exact, with no exp2 approximation.
     scale = ((exponent - 8 + 127) << 23).to(tl.float32, bitcast=True)
     scale = tl.where(amax > 0, scale, 1.0)"""
-CLAMP = "q = tl.minimum(tl.maximum(x / scale[:, None], -448.0), 448.0)    # saturate"
+CLAMP = "q = tl.minimum(tl.maximum(x * (1.0 / scale)[:, None], -448.0), 448.0)    # saturate"
 SHAPE = "return (-(-M // rows), -(-K // cols))     # partial groups at the edges count"
 PICK = "return min(within, key=lambda g: (math.prod(scale_shape_for(tuple(x.shape), g)), errors[g]))"
 PROMOTE = """    for every in (0, 128, 64, 32):
@@ -42,7 +42,7 @@ PLANTS = {
         (edit([(SHAPE, "from helpers.kernels import fp8 as _fp8\n"
                        "    return _fp8.scale_shape(granularity, shape)")]),
          {"1a": "course's own", "1b": "course's own", "1c": "course's own"}),
-        (edit([(CLAMP, "q = x / scale[:, None]")]), {"2a": "clamp x / scale"})),
+        (edit([(CLAMP, "q = x * (1.0 / scale)[:, None]")]), {"2a": "clamp x / scale"})),
     "edge_groups_dropped_and_amax_over_448": together(
         (edit([(SHAPE, "return (M // rows, K // cols)")]),
          {"1a": "partial group", "1b": "wrong"}, ("1c",)),
