@@ -130,6 +130,18 @@ def test_ncu_table_prints_a_line_per_rung_and_says_why_when_unavailable():
     assert plots.ncu_table(_results([], False, "ncu not found")).endswith("ncu not found")
 
 
+def test_the_sm_clock_is_a_column_when_the_record_read_it():
+    m = {plots.TIME: 412_736.0, plots.TENSOR[0]: 95.0, plots.REGISTERS: 168.0}
+    row = {"rung": "cublas", "label": "cuBLAS", "kernel": "sm90_xmma", "metrics": m}
+    assert "SM GHz" not in plots.ncu_table(_results([row])), "no clock read: no column"
+    clocked = dict(row, metrics={**m, plots.CLOCK: 1.755e9})
+    text = plots.ncu_table(_results([clocked]))
+    assert "SM GHz" in text.splitlines()[0] and text.splitlines()[2].split()[-1] == "1.75"
+    assert plots.CLOCK in experiment.METRICS
+    assert experiment._number("1.96", "Ghz") == pytest.approx(1.96e9)
+    assert experiment._number("1,755,000,000", "cycle/second") == pytest.approx(1.755e9)
+
+
 @pytest.fixture(scope="module")
 def rec():
     return committed_record("tiling_ncu")

@@ -62,6 +62,10 @@ METRICS = (
     "launch__occupancy_limit_warps",
     "dram__bytes_read.sum",
     "dram__bytes_write.sum",
+    # The SM clock while the kernel ran (--clock-control none: as a lesson runs it). A pipe's
+    # "% of peak" counts cycles, so its FLOP/s at 100 % is this clock times the FLOPs an SM
+    # does a cycle, not the datasheet's peak at the boost clock.
+    "sm__cycles_elapsed.avg.per_second",
 )
 # The kernel each rung launches (a regular expression over kernel names); cuBLAS's kernel
 # names change with its version, so its rung takes the first kernel of the range.
@@ -69,7 +73,8 @@ KERNELS = {"v1": "matmul_kernel_v1", "v2": "matmul_kernel_v2", "v3": "matmul_ker
            "v4": "matmul_kernel_v3", "v5": "matmul_kernel_v5", "best": "matmul", "cublas": None}
 # Units ncu may print despite --print-units base, scaled to the base unit.
 SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1, "usecond": 1e3,
-         "msecond": 1e6, "second": 1e9}
+         "msecond": 1e6, "second": 1e9, "hz": 1, "Khz": 1e3, "Mhz": 1e6, "Ghz": 1e9,
+         "cycle/second": 1, "cycle/usecond": 1e6, "cycle/nsecond": 1e9}
 
 # On a CPU: every rung's launch checked in the interpreter at this size, then NeedsGPUError.
 SMOKE = dict(n=64)

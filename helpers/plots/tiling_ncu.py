@@ -24,6 +24,8 @@ TENSOR = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_activ
 # Not the pipe's busy time: how often a wgmma instruction is issued (2.5-6 % for the rungs of
 # the record), each of which keeps the pipe busy for many cycles. Recorded, not read.
 TENSOR_ISSUE = "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"
+# The SM clock during the launch, in Hz (records made before it was asked for lack it).
+CLOCK = "sm__cycles_elapsed.avg.per_second"
 
 
 def tensor_pct(metrics: dict) -> float | None:
@@ -44,11 +46,15 @@ def ncu_rows(record) -> list[dict]:
                      "DRAM %": m.get(DRAM), "L2 %": m.get(L2), "tensor %": tensor_pct(m),
                      "SM %": m.get(SM), "occupancy %": m.get(OCCUPANCY),
                      "regs": m.get(REGISTERS),
-                     "smem KiB": shared / 1024 if shared is not None else None})
+                     "smem KiB": shared / 1024 if shared is not None else None,
+                     "SM GHz": m[CLOCK] / 1e9 if m.get(CLOCK) is not None else None})
+    if all(r["SM GHz"] is None for r in rows):     # a record from before the clock was read
+        for r in rows:
+            del r["SM GHz"]
     return rows
 
 
-_FORMATS = {"ms": "{:.3f}", "regs": "{:.0f}", "smem KiB": "{:.0f}"}
+_FORMATS = {"ms": "{:.3f}", "regs": "{:.0f}", "smem KiB": "{:.0f}", "SM GHz": "{:.2f}"}
 
 
 def ncu_table(record) -> str:
