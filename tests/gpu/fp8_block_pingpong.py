@@ -18,6 +18,7 @@ rows each (a 128 x 128 tile), as DeepGEMM is built:
   mbarriers (CUTLASS's "ping-pong" order, per K block): a warpgroup issues its wgmma only
   after the other has issued its own, so the two products queue back to back and each
   warpgroup's FMA runs while the other's product is on the tensor cores.
+* ``pingpong+prefetch``: the same, each block's scales loaded one block ahead.
 
 Run on a Hopper GPU, from the repository root::
 
@@ -84,9 +85,10 @@ def _producer(p):
 
 
 @gluon.jit
-def _consumer(p, HALF: gl.constexpr, PINGPONG: gl.constexpr):
+def _consumer(p, HALF: gl.constexpr, PINGPONG: gl.constexpr, PREFETCH: gl.constexpr):
     """A warpgroup: rows HALF * 64 ... of each tile; per K block a fresh wgmma, then its
-    scales in one FMA an element into the fp32 total."""
+    scales in one FMA an element into the fp32 total (``PREFETCH``: the scales of block
+    k + 1 loaded from L2 while block k is multiplied)."""
     (a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K, s_am, s_ak, s_bn, s_bk,
      a_bufs, b_bufs, c_bufs, ready, empty, turn, num_pid_m, num_pid_n, GROUP_M, NUM_SMS) = p
     STAGES: gl.constexpr = b_bufs.type.shape[0]
@@ -107,10 +109,18 @@ def _consumer(p, HALF: gl.constexpr, PINGPONG: gl.constexpr):
         a_scale_ptrs = as_ptr + offs_m * s_am
         b_scale_ptr = bs_ptr + pid_n * s_bn
         acc = gl.zeros([HM, BN], gl.float32, layout)
+        if PREFETCH:
+            scale = gl.load(a_scale_ptrs, mask=offs_m < M, other=0.0) * gl.load(b_scale_ptr)
         for k in range(k_tiles):
             s = it % STAGES
-            scale = gl.load(a_scale_ptrs + k * s_ak, mask=offs_m < M, other=0.0) * \
-                gl.load(b_scale_ptr + k * s_bk)
+            if PREFETCH:
+                more = k + 1 < k_tiles
+                after = gl.load(a_scale_ptrs + (k + 1) * s_ak, mask=(offs_m < M) & more,
+                                other=0.0) * gl.load(b_scale_ptr + (k + 1) * s_bk, mask=more,
+                                                     other=0.0)
+            else:
+                scale = gl.load(a_scale_ptrs + k * s_ak, mask=offs_m < M, other=0.0) * \
+                    gl.load(b_scale_ptr + k * s_bk)
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             if PINGPONG:
                 # My turn at the tensor cores: the other warpgroup has issued its product.
@@ -122,6 +132,8 @@ def _consumer(p, HALF: gl.constexpr, PINGPONG: gl.constexpr):
             part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
             mbarrier.arrive(empty.index(s), count=1)
             acc = acc + part * gl.expand_dims(scale, 1)
+            if PREFETCH:
+                scale = after
             it += 1
         tma.store_wait(0)
         c_smem.store(acc.to(c_desc.dtype))
@@ -134,28 +146,38 @@ def _consumer(p, HALF: gl.constexpr, PINGPONG: gl.constexpr):
 # tuple (and its lowering then fails): each version is a function of its own.
 @gluon.jit
 def _plain0(p):
-    _consumer(p, 0, False)
+    _consumer(p, 0, False, False)
 
 
 @gluon.jit
 def _plain1(p):
-    _consumer(p, 1, False)
+    _consumer(p, 1, False, False)
 
 
 @gluon.jit
 def _pingpong0(p):
-    _consumer(p, 0, True)
+    _consumer(p, 0, True, False)
 
 
 @gluon.jit
 def _pingpong1(p):
-    _consumer(p, 1, True)
+    _consumer(p, 1, True, False)
+
+
+@gluon.jit
+def _pingpong_prefetch0(p):
+    _consumer(p, 0, True, True)
+
+
+@gluon.jit
+def _pingpong_prefetch1(p):
+    _consumer(p, 1, True, True)
 
 
 @gluon.jit
 def block_fp8_kernel(a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K, s_am, s_ak, s_bn, s_bk,
                      STAGES: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
-                     PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                     VERSION: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                      PRODUCER_REGS: gl.constexpr):
     HM: gl.constexpr = a_desc.block_type.shape[0]
     BN: gl.constexpr = b_desc.block_type.shape[0]
@@ -177,7 +199,10 @@ def block_fp8_kernel(a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K, s_am, s_ak
     p = (a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K, s_am, s_ak, s_bn, s_bk,
          a_bufs, b_bufs, c_bufs, ready, empty, turn, gl.cdiv(M, 2 * HM), gl.cdiv(N, BN),
          GROUP_M, NUM_SMS)
-    if PINGPONG:
+    if VERSION == 2:
+        gl.warp_specialize([(_pingpong_prefetch0, (p,)), (_pingpong_prefetch1, (p,)),
+                            (_producer, (p,))], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    elif VERSION == 1:
         gl.warp_specialize([(_pingpong0, (p,)), (_pingpong1, (p,)), (_producer, (p,))],
                            [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -185,7 +210,10 @@ def block_fp8_kernel(a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K, s_am, s_ak
                            [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-def block_fp8(a, b, a_scale, b_scale, *, pingpong=True, stages=5, regs=(240, 24),
+VERSIONS = ("plain", "pingpong", "pingpong+prefetch")
+
+
+def block_fp8(a, b, a_scale, b_scale, *, version="pingpong", stages=5, regs=(240, 24),
               maxnreg=168, group=8, sms=None, out=None):
     """``(a * a_scale) @ (b * b_scale)^T`` in bf16, block scales as
     :func:`helpers.kernels.fp8.quantize` returns them (1 x 128 for ``a``, 128 x 128 for
@@ -202,7 +230,7 @@ def block_fp8(a, b, a_scale, b_scale, *, pingpong=True, stages=5, regs=(240, 24)
     programs = min(sms, triton.cdiv(M, BM) * triton.cdiv(N, BN))
     block_fp8_kernel[(programs,)](
         ad, bd, cd, a_scale, b_scale, M, N, K, *a_scale.stride(), *b_scale.stride(),
-        STAGES=stages, GROUP_M=group, NUM_SMS=programs, PINGPONG=pingpong,
+        STAGES=stages, GROUP_M=group, NUM_SMS=programs, VERSION=VERSIONS.index(version),
         CONSUMER_REGS=regs[0], PRODUCER_REGS=regs[1], num_warps=4, maxnreg=maxnreg)
     return c
 
@@ -230,11 +258,11 @@ def main(argv=None) -> int:
         (at, at_s), (bt, bt_s) = fp8.quantize(x, "tensor"), fp8.quantize(w, "tensor")
         versions = {"course, tensor scales": lambda: fp8.scaled_matmul(at, bt, at_s, bt_s),
                     "course, block scales": lambda: fp8.scaled_matmul(a, b, a_s, b_s, "block")}
-        for pingpong in (False, True):
+        for version in VERSIONS:
             for stages in (4, 6):
-                versions[f"gluon {'pingpong' if pingpong else 'plain'}, {stages} stages"] = (
-                    lambda pp=pingpong, st=stages: block_fp8(a, b, a_s, b_s, pingpong=pp,
-                                                             stages=st))
+                versions[f"gluon {version}, {stages} stages"] = (
+                    lambda v=version, st=stages: block_fp8(a, b, a_s, b_s, version=v,
+                                                           stages=st))
         for name, fn in versions.items():
             row = {"shape": [M, N, K], "name": name}
             try:
