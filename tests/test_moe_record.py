@@ -332,7 +332,8 @@ def test_parts_run_on_a_tiny_shape(stand_in_timer):
 def test_imbalance_part_on_a_tiny_shape(stand_in_timer):
     cfg = experiment.sizes(smoke=True)
     cfg["shapes"]["many_small"].update(experts=4, top_k=2, hidden=32, width=48)
-    cfg["imbalance"].update(tokens=32, hot=1, strengths=[0.0, 4.0])
+    # one capacity factor: each is another interpreted forward, and 1.0 already drops copies
+    cfg["imbalance"].update(tokens=32, hot=1, strengths=[0.0, 4.0], capacity_factors=[1.0])
     w = experiment._weights(experiment.shape_of(cfg, "many_small"), torch.float32, seed=1)
     out = experiment._imbalance(cfg, w, torch.float32)
     low, high = out["levels"]
