@@ -37,7 +37,10 @@ SCENARIOS = {2: {"uneven": [37, 20], "one way": [24, 16]},
 STARVED = 2            # the expert no token of "one way" chooses
 # Against the float64 spec: the interpreter computes fp32 exactly; a GPU uses TF32.
 TOLERANCE = (1e-4, 1e-4) if runtime.is_cpu() else moe.TOLERANCES[torch.float32]
-VERSIONS = ("sequential", "overlapped", "dedup")
+VERSIONS = ("sequential", "overlapped", "dedup", "chosen")
+# The chooser's candidates in the interpreter, each timed once after a warm-up (the full
+# list, three runs each, runs on GPUs in the experiment).
+CHOICES = ("sequential", "overlapped:2")
 
 
 def scenario(name: str, world: int):
@@ -74,7 +77,9 @@ def rank_program(rank: int, world: int) -> dict:
         shard = ep.shard_weights(w, rank, world)
         out[name] = {"sequential": ep.ep_forward_sequential(x, shard, TOP_K).cpu(),
                      "overlapped": ep.ep_forward_overlapped(x, shard, TOP_K, CHUNKS).cpu(),
-                     "dedup": ep.ep_forward_dedup(x, shard, TOP_K).cpu()}
+                     "dedup": ep.ep_forward_dedup(x, shard, TOP_K).cpu(),
+                     "chosen": ep.ep_forward(x, shard, TOP_K, choices=CHOICES, runs=1).cpu(),
+                     "choice": ep.chosen(x, shard, TOP_K, choices=CHOICES, runs=1)}
     if world == 2:
         out["experiment"] = exp.bench_ranks(rank, world, experiment_sizes())
     return out
@@ -82,7 +87,8 @@ def rank_program(rank: int, world: int) -> dict:
 
 def experiment_sizes() -> dict:
     return {**exp.sizes(smoke=True), "dtype": "fp32", "shapes": [("toy", E, TOP_K, H, I)],
-            "tokens": [12], "warmup": 0, "iters": 1}
+            "tokens": [12], "warmup": 0, "iters": 1, "more_chunks": [], "choices": CHOICES,
+            "choice_runs": 1}
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +129,16 @@ def test_expert_parallel_layer_matches_one_process(ranks, world, name, version):
     assert_close(got, one_process, *TOLERANCE, f"{where}, against one process's moe_forward")
 
 
+@pytest.mark.parametrize("world,name", [(w, n) for w in SCENARIOS for n in SCENARIOS[w]])
+def test_every_rank_runs_the_same_chosen_version(ranks, world, name):
+    """The choice is a collective's: ranks that disagreed would wait for each other's
+    different all-to-alls forever (or mix two versions' rows)."""
+    picked = {r[name]["choice"] for r in ranks(world)}
+    assert len(picked) == 1 and picked <= set(CHOICES), \
+        f"{world} ranks, {name}: the ranks chose {picked}; every rank must take the one " \
+        f"candidate of {CHOICES} whose slowest rank was fastest"
+
+
 def test_one_way_scenario_routes_as_it_says():
     w, x, counts = scenario("one way", 2)
     _, ids = moe.route(x @ w.router, TOP_K)
@@ -136,6 +152,7 @@ def test_experiment_rank_code_on_two_ranks(ranks):
     assert [c["ok"] for c in out["checks"]] == [True], out["checks"]
     case = out["cases"][0]
     assert case["sequential_ms"] > 0 and case["overlapped_ms"] > 0 and case["all_to_all_ms"] > 0
+    assert case["chosen"] in ep.CHOICES and case["chosen_ms"] > 0
     assert case["bytes_sent_per_rank_uniform"] == \
         intensity.bytes_sent_per_rank(12, TOP_K, H, 2, "fp32")
     assert 0 < case["bytes_sent_per_rank"] <= 12 * TOP_K * H * 4
@@ -277,7 +294,9 @@ def _bf16_ranks(rank, world):
     w, x_all = _bf16_inputs()
     x, shard = x_all[rank * 300:(rank + 1) * 300], ep.shard_weights(w, rank, world)
     return {"sequential": ep.ep_forward_sequential(x, shard, TOP_K).cpu(),
-            "overlapped": ep.ep_forward_overlapped(x, shard, TOP_K, 4).cpu()}
+            "overlapped": ep.ep_forward_overlapped(x, shard, TOP_K, 4).cpu(),
+            "dedup": ep.ep_forward_dedup(x, shard, TOP_K).cpu(),
+            "chosen": ep.ep_forward(x, shard, TOP_K).cpu()}
 
 
 @pytest.mark.gpu
@@ -286,3 +305,34 @@ def test_experiment_smoke_on_gpus():
     out = exp.moe_parallel(smoke=True)
     assert all(c["ok"] for c in out["checks"]), out["checks"]
     assert out["world"] == torch.cuda.device_count() and out["link"]["gpus"]
+
+
+# --------------------------------------------------------------------------------------
+# The committed records (2 and 4 GPUs).
+# --------------------------------------------------------------------------------------
+
+
+def _parallel_records() -> list:
+    from helpers import records
+
+    return [(name, gpu) for name in ("moe_parallel", "moe_parallel_4gpu")
+            for gpu in records.available(name)]
+
+
+@pytest.mark.parametrize("name,gpu", _parallel_records() or [pytest.param(
+    None, None, marks=pytest.mark.skip(reason="no moe_parallel record committed"))])
+def test_the_chosen_layer_is_never_slower_than_sequential(name, gpu):
+    """Lesson 08's overlap target, on every record that timed the chosen layer (records
+    older than the chooser have no ``chosen_ms``, and are held to their checks only)."""
+    from helpers import records
+
+    rec = records.load(name, gpu)
+    assert all(c["ok"] for c in rec.results["checks"]), rec.results["checks"]
+    timed = [c for c in rec.results["cases"] if "chosen_ms" in c]
+    for c in timed:
+        ratio = c["sequential_ms"] / c["chosen_ms"]
+        assert ratio >= exp.CHOSEN_VS_SEQUENTIAL, (
+            f"{name} on {gpu}, E={c['experts']}, {c['tokens_per_rank']} tokens a rank: the "
+            f"chosen version ({c['chosen']}) ran at {ratio:.2f}x sequential, below "
+            f"{exp.CHOSEN_VS_SEQUENTIAL}")
+        assert c["chosen"] in ep.CHOICES

@@ -13,6 +13,9 @@ time kept is the largest over the ranks, then the median over runs):
 * ``dedup_ms``: :func:`~helpers.kernels.moe.parallel.ep_forward_dedup`, a token sent once
   per destination rank; ``bytes_sent_per_rank_dedup`` the rows that leave the busiest
   sender then, beside the napkin math's ``bytes_sent_per_rank_dedup_uniform``;
+* ``chosen_ms``: :func:`~helpers.kernels.moe.parallel.ep_forward`, the layer as a user
+  calls it: the version (``chosen``) that its own trial runs found fastest for this key;
+  :data:`CHOSEN_VS_SEQUENTIAL` is its target against ``sequential_ms``;
 * ``all_to_all_ms``: the token rows' all-to-all alone (same split sizes), and the GB/s it
   achieves on the bytes that leave each rank; ``experts_ms``: the local experts alone on
   the rows received. Overlap can at best hide the exchanges behind the experts:
@@ -49,12 +52,17 @@ WARMUP, ITERS = 3, 10
 # NVLink 4 on an H100 or H200 SXM: 18 links x 25 GB/s = 450 GB/s out of each GPU (NVIDIA
 # H100 datasheet: "NVLink: 900GB/s", both directions together).
 LINK_GB_PER_S = 450.0
+# The target: the layer as a user calls it never slower than exchange-then-compute, at
+# every size on every world (the chooser may pick the sequential version itself; 0.97
+# leaves room for run-to-run noise between two timings of the same code).
+CHOSEN_VS_SEQUENTIAL = 0.97
 SMOKE = {"shapes": [("smoke", 8, 2, 256, 512)], "tokens": [64, 256], "warmup": 1, "iters": 3}
 
 
 def sizes(smoke: bool = False, chunks: int = CHUNKS) -> dict:
     """What one run measures: shapes as ``(name, E, top_k, H, I)``, tokens per rank, runs."""
     cfg = {"dtype": DTYPE, "chunks": chunks, "warmup": WARMUP, "iters": ITERS, "smoke": smoke,
+           "choices": list(ep.CHOICES), "choice_runs": 3,
            "tokens": list(TOKENS), "link_gb_per_s": LINK_GB_PER_S,
            "shapes": [(s.name, s.experts, s.top_k, s.hidden, s.width) for s in SHAPES]}
     return {**cfg, **SMOKE} if smoke else cfg
@@ -144,8 +152,13 @@ def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
     # and padding per chunk.
     by_chunks = {str(c): (ovl_ms if c == chunks else _time_ms(
         lambda c=c: ep.ep_forward_overlapped(x, shard, top_k, c), cfg, device))
-        for c in sorted({2, chunks})}
+        for c in sorted({2, chunks, *cfg.get("more_chunks", (8,))})}
     dedup_ms = _time_ms(lambda: ep.ep_forward_dedup(x, shard, top_k), cfg, device)
+    # The layer as a user calls it: whichever version its own trial runs found fastest
+    # here (timed once per key, before this measurement; then a dictionary lookup).
+    choices = cfg.get("choices", ep.CHOICES)
+    chosen = ep.chosen(x, shard, top_k, choices=choices, runs=cfg["choice_runs"])
+    chosen_ms = _time_ms(lambda: ep.ep_forward(x, shard, top_k, choices=choices), cfg, device)
     p = ep.plan(x, shard, top_k)
     send, recv = p.send_splits[0], p.recv_splits[0]
     goes = ep.destinations(moe.route(x @ shard.router, top_k)[1], len(shard.gate), world)
@@ -169,6 +182,7 @@ def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
         if experts_ms > 0 else None,
         "bytes_sent_per_rank": away, "bytes_sent_per_rank_uniform": expected,
         "dedup_ms": dedup_ms, "bytes_sent_per_rank_dedup": away_dedup,
+        "chosen": chosen, "chosen_ms": chosen_ms, "chosen_speedup": seq_ms / chosen_ms,
         "bytes_sent_per_rank_dedup_uniform": intensity.bytes_sent_per_rank_dedup(
             T, top_k, H, world, shard.router.shape[1], dtype),
         "napkin_exchange_ms": intensity.exchange_ms(T, top_k, H, world, dtype,

@@ -2,7 +2,9 @@
 of one machine, :mod:`helpers.experiments.moe_parallel`) as a table and a figure.
 
 For each shape and token count per rank: the layer exchanging then computing
-(sequential) and pipelined in chunks (overlapped), the token rows' all-to-all alone with
+(sequential), pipelined in chunks (overlapped), sending a token once per rank, and as
+:func:`~helpers.kernels.moe.parallel.ep_forward` runs it (the version its trial runs
+chose, where the record has it), the token rows' all-to-all alone with
 the GB/s it reached, the napkin math's least exchange time over the link, and the local
 experts alone. Nothing here measures.
 """
@@ -30,6 +32,9 @@ def parallel_rows(rec) -> list[dict]:
                     **({f"overlapped, {k} chunks": ms
                         for k, ms in sorted(c["overlapped_ms_by_chunks"].items(), key=_int)}
                        if "overlapped_ms_by_chunks" in c else {"overlapped ms": c["overlapped_ms"]}),
+                    **({"once per rank ms": c["dedup_ms"]} if "dedup_ms" in c else {}),
+                    **({"chosen": c["chosen"], "chosen ms": c["chosen_ms"]}
+                       if "chosen_ms" in c else {}),
                     "experts ms": c["experts_ms"], "all-to-all ms": c["all_to_all_ms"],
                     "napkin ms": c["napkin_exchange_ms"],
                     "GB/s": c["all_to_all_gb_per_s"] if c["all_to_all_gb_per_s"] else "-"})

@@ -10,14 +10,19 @@ The forward (:mod:`helpers.kernels.moe.grouped`) computes, for sorted row ``r`` 
 
 Given ``dout = dL/dout`` (``T x H``), the chain rule walks it back, one line a kernel:
 
-1. :func:`swiglu_backward`: ``dh = s_r * (dout[t] @ Wd[e]^T)``, a grouped GEMM whose B is
-   the down weights read transposed (through strides, no copy), gathering its rows of A
-   from ``dout`` as the forward gathers from ``x``. Its epilogue is the SwiGLU's backward,
-   elementwise on the tile still in registers: with ``sig = sigmoid(g)``,
+1. :func:`swiglu_backward`: ``acc = dout[t] @ Wd[e]^T``, a grouped GEMM whose B is the
+   down weights read transposed (through strides, no copy), gathering its rows of A from
+   ``dout`` as the forward gathers from ``x``; then one elementwise pass does the SwiGLU's
+   backward: with ``dh = s_r * acc`` and ``sig = sigmoid(g)``,
    ``dg = dh * u * sig * (1 + g * (1 - sig))`` and ``du = dh * silu(g)``, stored side by
-   side as ``dpre`` (``R x 2I``). The same tile gives the routing weight's gradient,
-   ``ds_r = <dout[t], y[r]> = <dout[t] @ Wd[e]^T, h[r]>``: one partial sum per column tile,
-   so ``y`` need not be kept.
+   side as ``dpre`` (``R x 2I``). The same pass gives the routing weight's gradient,
+   ``ds_r = <dout[t], y[r]> = <acc[r], h[r]>``, so ``y`` need not be kept. Doing that pass
+   in the GEMM's epilogue, on the tile still in registers, saves writing and reading
+   ``acc`` (``R x I``) but measured slower on the H200 at the 8-expert shape (T = 4096):
+   2.77 ms against 1.72 ms for the same GEMM without it. The epilogue's loads and stores
+   of ``g``, ``u``, ``dg``, ``du`` run while the SM's tensor cores idle (one 128 x 128
+   tile a SM fills its shared memory, so no other tile overlaps them); as a separate
+   pass they stream at memory speed.
 2. :func:`grouped_weight_grad` twice: ``dWd[e] = h_e^T @ dy_e`` with ``dy = s * dout[rows]``
    and ``d[Wg|Wu][e] = xs_e^T @ dpre_e`` with ``xs = x[rows]``, both sets of rows written
    out first by :func:`gather_rows` (one pass each). These are the new shape: each expert's output
@@ -43,7 +48,7 @@ import triton.language as tl
 from ... import runtime
 from ..matmul.config import TileConfig
 from ..matmul.ladder import grouped_tile
-from .grouped import CPU_CONFIG, KEYS, _triton_configs, bucket, expert_of_tile
+from .grouped import CPU_CONFIG, KEYS, _triton_configs, bucket, grouped_gather_matmul
 
 # --------------------------------------------------------------------------------------
 # 1. dh = s * (dout[rows] @ Wd^T), and the SwiGLU's backward in the epilogue.
@@ -63,66 +68,33 @@ def _columns(offs, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
 
 
 @triton.jit
-def swiglu_backward_kernel(dout_ptr, rows_ptr, wd_ptr, pre_ptr, scale_ptr, dpre_ptr, ds_ptr,
-                           counts_ptr, R, N, K, E,
-                           stride_om, stride_ok, stride_we, stride_wk, stride_wn, stride_ds,
-                           R_BUCKET,
-                           E_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
-                           EVEN_N: tl.constexpr):
-    """For sorted row ``r`` of expert ``e``: ``acc = dout[rows[r]] @ Wd[e]^T`` (``N = I``
-    columns, ``K = H``), then ``ds`` partials and ``dpre = [dg | du]`` from ``pre = [g | u]``.
+def swiglu_backward_kernel(acc_ptr, pre_ptr, scale_ptr, dpre_ptr, ds_ptr, R, N, stride_ds,
+                           BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    """For sorted row ``r``, from ``acc = dout[rows[r]] @ Wd[e]^T`` (``R x N``, ``N = I``)
+    and ``pre = [g | u]``: ``dpre = [dg | du]`` and this column block's share of ``ds``.
 
-    ``wd_ptr`` with its strides is ``Wd^T`` already (``E x H x I``, a view).
+    Elementwise, one ``BLOCK_R x BLOCK_N`` block a program, everything in fp32.
     """
-    max_tiles_m = tl.minimum(R, R // BLOCK_M + E)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    pid_m, pid_n = grouped_tile(tl.program_id(axis=0), max_tiles_m, tiles_n, GROUP_M)
-    expert, start, end = expert_of_tile(pid_m, counts_ptr, E, E_POW2, BLOCK_M)
-    if start >= end:
-        return
-    offs_m = start + tl.arange(0, BLOCK_M)
-    real = offs_m < end
-    src = tl.load(rows_ptr + tl.where(real, offs_m, start))     # padding re-reads a real row
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    cols = _columns(offs_n, N, BLOCK_N, EVEN_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = dout_ptr + src.to(tl.int64)[:, None] * stride_om + offs_k[None, :] * stride_ok
-    b_ptrs = wd_ptr + expert.to(tl.int64) * stride_we + offs_k[:, None] * stride_wk \
-        + cols[None, :] * stride_wn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:                        # no masks: the loads pipeline as the forward's do
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ok
-        b_ptrs += BLOCK_K * stride_wk
-    keep = real[:, None] & (offs_n[None, :] < N)
-    pre_ptrs = pre_ptr + offs_m.to(tl.int64)[:, None] * (2 * N) + offs_n[None, :]
+    offs_r = tl.program_id(axis=0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_n = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_r = offs_r < R
+    keep = in_r[:, None] & (offs_n[None, :] < N)
+    rows64 = offs_r.to(tl.int64)[:, None]
+    acc = tl.load(acc_ptr + rows64 * N + offs_n[None, :], mask=keep, other=0.0).to(tl.float32)
+    pre_ptrs = pre_ptr + rows64 * (2 * N) + offs_n[None, :]
     g = tl.load(pre_ptrs, mask=keep, other=0.0).to(tl.float32)
     u = tl.load(pre_ptrs + N, mask=keep, other=0.0).to(tl.float32)
     sig = tl.sigmoid(g)
     silu = g * sig
-    # ds_r = <dout[t], y[r]> = <dout[t] @ Wd^T, h[r]>: this tile's share, summed on the host.
-    # The shares sit one a 16 columns (the narrowest tile): a tile writes its share and zeros
-    # over the slots it spans, so every slot of a row is written by whatever tile size runs
-    # (the autotuner's trial runs of other sizes leave nothing stale behind).
-    partial = tl.sum(acc * silu * u, axis=1)
-    SLOTS: tl.constexpr = BLOCK_N // 16
-    slot = tl.arange(0, SLOTS)
-    shares = tl.where(slot[None, :] == 0, partial[:, None], 0.0)
-    tl.store(ds_ptr + offs_m.to(tl.int64)[:, None] * stride_ds + pid_n * SLOTS + slot[None, :],
-             shares, mask=real[:, None] & (pid_n * SLOTS + slot[None, :] < stride_ds))
-    s = tl.load(scale_ptr + offs_m, mask=real, other=0.0).to(tl.float32)
+    # ds_r = <dout[t], y[r]> = <dout[t] @ Wd^T, h[r]>: one share a column block, summed on
+    # the host in a fixed order (no atomics: the same sum every run).
+    tl.store(ds_ptr + offs_r * stride_ds + tl.program_id(axis=1),
+             tl.sum(acc * silu * u, axis=1), mask=in_r)
+    s = tl.load(scale_ptr + offs_r, mask=in_r, other=0.0).to(tl.float32)
     dh = acc * s[:, None]
     dg = dh * u * sig * (1.0 + g * (1.0 - sig))                  # d silu(g) / dg
     du = dh * silu
-    dpre_ptrs = dpre_ptr + offs_m.to(tl.int64)[:, None] * (2 * N) + offs_n[None, :]
+    dpre_ptrs = dpre_ptr + rows64 * (2 * N) + offs_n[None, :]
     tl.store(dpre_ptrs, dg.to(dpre_ptr.dtype.element_ty), mask=keep)
     tl.store(dpre_ptrs + N, du.to(dpre_ptr.dtype.element_ty), mask=keep)
 
@@ -196,18 +168,6 @@ def gather_rows_kernel(src_ptr, rows_ptr, scale_ptr, out_ptr, R, H, stride_s, st
 # Settings: tuned per shape on a GPU, the interpreter's one small tile in CPU mode.
 # --------------------------------------------------------------------------------------
 
-# The SwiGLU backward keeps one accumulator but reads two more tiles (g, u) and writes two
-# in its epilogue: the forward SwiGLU's tiles, and the plain GEMM's widest (its loop is the
-# plain GEMM's; on the H200 it ran at half the plain GEMM's rate with these five alone).
-SWIGLU_BACKWARD_SPACE = [
-    TileConfig(128, 256, 64, num_warps=8, num_stages=3),
-    TileConfig(128, 128, 64, num_warps=8, num_stages=4),
-    TileConfig(128, 128, 64, num_warps=8, num_stages=3),
-    TileConfig(128, 64, 64, num_warps=4, num_stages=4),
-    TileConfig(64, 128, 64, num_warps=4, num_stages=4),
-    TileConfig(64, 64, 64, num_warps=4, num_stages=4),
-    TileConfig(32, 64, 64, num_warps=4, num_stages=4),
-]
 # Weight gradients: large tiles of a fixed M x N per expert; the loop length is the
 # expert's rows (a few hundred at 128 experts), so deeper pipelines pay less than there.
 WEIGHT_GRAD_SPACE = [
@@ -218,16 +178,9 @@ WEIGHT_GRAD_SPACE = [
     TileConfig(64, 64, 64, num_warps=4, num_stages=4),
 ]
 
-_EVEN_KN = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0,
-                              "EVEN_N": lambda args: args["N"] % args["BLOCK_N"] == 0})
 _EVEN_MN = triton.heuristics({"EVEN_M": lambda args: args["M"] % args["BLOCK_M"] == 0,
                               "EVEN_N": lambda args: args["N"] % args["BLOCK_N"] == 0})
-swiglu_backward_fixed = _EVEN_KN(swiglu_backward_kernel)
 weight_grad_fixed = _EVEN_MN(grouped_weight_grad_kernel)
-swiglu_backward_tuned = triton.autotune(
-    _triton_configs(SWIGLU_BACKWARD_SPACE), key=["R_BUCKET", "N", "K", "E"],
-    cache_results=True)(swiglu_backward_fixed)
-
 weight_grad_tuned = triton.autotune(
     _triton_configs(WEIGHT_GRAD_SPACE), key=["M", "N", "E", "R_BUCKET"],
     cache_results=True)(weight_grad_fixed)
@@ -242,30 +195,28 @@ def _setting(config):
     return TileConfig.of(config).as_dict(KEYS)
 
 
-def swiglu_backward(dout, rows, counts, w_down, pre, scale, config=None):
+def swiglu_backward(dout, rows, counts, w_down, pre, scale, config=None,
+                    block_r: int = 16, block_n: int = 256):
     """Step 1: ``(dpre, ds)``: ``dpre = [dg | du]`` (``R x 2I``, ``pre``'s dtype) and each
     sorted row's routing-weight gradient ``ds`` (``R``, fp32).
 
     ``dout`` is ``(T, H)``, ``rows`` (``R`` int32) the token of each sorted row, ``counts``
     (``E`` int32) rows per expert, ``w_down`` ``(E, I, H)``, ``pre`` the forward's saved
-    ``[g | u]`` and ``scale`` (``R``, fp32) each sorted row's routing weight.
+    ``[g | u]`` and ``scale`` (``R``, fp32) each sorted row's routing weight. ``config``
+    is the GEMM's tile setting (tuned when ``None`` on a GPU).
     """
-    R, E = rows.numel(), w_down.shape[0]
-    I, H = w_down.shape[1], w_down.shape[2]
+    R, I = rows.numel(), w_down.shape[1]
     dpre = torch.empty((R, 2 * I), device=pre.device, dtype=pre.dtype)
     if R == 0:
         return dpre, torch.zeros(0, device=pre.device, dtype=torch.float32)
-    wd_t = w_down.transpose(1, 2)                      # (E, H, I): Wd^T, a view
-    extra = _setting(config)
-    kernel = swiglu_backward_tuned if extra is None else swiglu_backward_fixed
-    ds = torch.empty((R, triton.cdiv(I, 16)), device=pre.device, dtype=torch.float32)
-
-    def grid(meta):
-        return (min(R, R // meta["BLOCK_M"] + E) * triton.cdiv(I, meta["BLOCK_N"]),)
-
-    kernel[grid](dout, rows, wd_t, pre, scale, dpre, ds, counts, R, I, H, E, *dout.stride(),
-                 *wd_t.stride(), ds.stride(0), bucket(R), E_POW2=triton.next_power_of_2(E),
-                 **(extra or {}))
+    # The GEMM, gathering dout's rows as the forward gathers x's; B is Wd^T, a view.
+    acc = grouped_gather_matmul(dout, rows, counts, w_down.transpose(1, 2), config)
+    if runtime.is_cpu():
+        block_n = min(block_n, 64)
+    ds = torch.empty((R, triton.cdiv(I, block_n)), device=pre.device, dtype=torch.float32)
+    grid = (triton.cdiv(R, block_r), triton.cdiv(I, block_n))
+    swiglu_backward_kernel[grid](acc, pre, scale, dpre, ds, R, I, ds.stride(0),
+                                 BLOCK_R=block_r, BLOCK_N=block_n)
     return dpre, ds.sum(dim=1)
 
 

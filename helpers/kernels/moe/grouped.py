@@ -278,6 +278,13 @@ def grouped_matmul(a, counts, w, config: TileConfig | None = None):
     return _launch(a, None, w, None, counts, config, grouped_matmul_tuned)
 
 
+def grouped_gather_matmul(x, rows, counts, w, config: TileConfig | None = None):
+    """``x[rows[r]] @ w[e]`` for each expert's sorted rows: :func:`grouped_matmul` reading
+    its rows of A straight from the unsorted ``x`` (``(T, K)``), as :func:`grouped_swiglu`
+    does; returns ``(R, N)``."""
+    return _launch(x, rows, w, None, counts, config, grouped_matmul_tuned)
+
+
 def combine(y, position, weights, block_t: int = 16, block_h: int = 128):
     """``out[t] = sum_j weights[t, j] * y[position[t, j]]``: ``y`` is ``(R, H)`` sorted
     rows, ``position`` and ``weights`` ``(T, top_k)``; returns ``(T, H)`` in ``y``'s dtype."""

@@ -36,6 +36,8 @@ Start the ranks with :func:`helpers.parallel.launch`; a rank's function calls th
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +52,7 @@ from .grouped import combine, grouped_matmul, grouped_swiglu
 __all__ = [
     "local_experts", "shard_weights", "check_expert_parallel", "Plan", "plan", "local_forward",
     "ep_forward_sequential", "ep_forward_overlapped", "ep_forward_dedup", "destinations",
+    "ep_forward", "CHOICES", "chosen",
 ]
 
 
@@ -324,3 +327,81 @@ def ep_forward_dedup(x: torch.Tensor, w: MoEWeights, top_k: int, group=None) -> 
     position = torch.full((T, world), -1, dtype=torch.long, device=x.device)
     position[pair_token, pair_rank] = torch.arange(pair_token.numel(), device=x.device)
     return combine(back, position, torch.ones((T, world), device=x.device))
+
+
+# --------------------------------------------------------------------------------------
+# Which version pays, chosen by measurement.
+# --------------------------------------------------------------------------------------
+
+# The candidates: no overlap, pipelines of 2, 4 and 8 chunks, and a token sent once per
+# rank. Overlap hides exchanges behind the experts but costs a host-side launch sequence
+# and a partly filled grouped GEMM per chunk: on four H100s it lost at 4,096 tokens a rank
+# (0.67x sequential with 128 experts) and won at 16,384 (1.10x). No rule of thumb says
+# where the crossing lies on a given machine, so the layer times each candidate once.
+CHOICES = ("sequential", "overlapped:2", "overlapped:4", "overlapped:8", "dedup")
+_CHOSEN: dict = {}          # key -> the candidate every rank agreed on
+
+
+def _candidate(name: str):
+    if name == "sequential":
+        return ep_forward_sequential
+    if name == "dedup":
+        return ep_forward_dedup
+    chunks = int(name.split(":")[1])
+    return lambda x, w, top_k, group=None: ep_forward_overlapped(x, w, top_k, chunks, group)
+
+
+def _trial_ms(fn, device, group, runs: int) -> float:
+    """``fn``'s median time over a few runs, every rank starting together, then the
+    slowest rank's (a collective layer ends with its slowest rank)."""
+    fn()                                          # warm: compiles, tunes, NCCL buffers
+    times = []
+    for _ in range(runs):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+    return slowest.item()
+
+
+def _key(x: torch.Tensor, w: MoEWeights, top_k: int, group) -> tuple:
+    """What the choice depends on, the same on every rank: the most tokens any rank holds
+    (rounded up to a power of two), the shapes, ``top_k``, the world and the dtype. One
+    tiny all-reduce, so that ranks with different token counts still agree."""
+    most = torch.tensor([x.shape[0]], dtype=torch.int64, device=x.device)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)
+    tokens = 1 << max(int(most.item()) - 1, 0).bit_length()
+    return (tokens, tuple(w.gate.shape), w.router.shape[1], top_k, _world(group),
+            str(x.dtype), x.device.type)
+
+
+def chosen(x: torch.Tensor, w: MoEWeights, top_k: int, group=None,
+           choices=CHOICES, runs: int = 3) -> str:
+    """The candidate of ``choices`` that :func:`ep_forward` runs for this key, timing each
+    one (a warm-up, then the median of ``runs``) the first time a key is seen: every rank
+    times every candidate in the same order, and all take the one whose slowest rank was
+    fastest."""
+    unknown = set(choices) - set(CHOICES)
+    if not choices or unknown:
+        raise ValueError(f"choices must be some of {CHOICES}; got {tuple(choices)}")
+    key = (_key(x, w, top_k, group), tuple(choices))
+    if key not in _CHOSEN:
+        device = x.device
+        times = {name: _trial_ms(lambda n=name: _candidate(n)(x, w, top_k, group=group),
+                                 device, group, runs) for name in choices}
+        _CHOSEN[key] = min(times, key=times.get)
+    return _CHOSEN[key]
+
+
+def ep_forward(x: torch.Tensor, w: MoEWeights, top_k: int, group=None,
+               choices=CHOICES, runs: int = 3) -> torch.Tensor:
+    """This rank's ``(T, H)`` outputs by whichever version measured fastest here (see
+    :func:`chosen`); every version gives the same result. A collective: every rank calls
+    it, with the same ``choices``."""
+    return _candidate(chosen(x, w, top_k, group, choices, runs))(x, w, top_k, group=group)
