@@ -48,7 +48,7 @@ DTYPE = "bf16"
 SHAPES = (moe.MANY_SMALL, moe.FEW_LARGE)
 TOKENS = (1024, 4096, 16384)       # per rank
 CHUNKS = 4
-WARMUP, ITERS = 3, 10
+WARMUP, ITERS = 3, 15
 # NVLink 4 on an H100 or H200 SXM: 18 links x 25 GB/s = 450 GB/s out of each GPU (NVIDIA
 # H100 datasheet: "NVLink: 900GB/s", both directions together).
 LINK_GB_PER_S = 450.0
@@ -103,26 +103,39 @@ def _slowest(values: list, device) -> list:
     return t.tolist()
 
 
+def _run_ms(fn, device) -> float:
+    """One run of ``fn`` on this rank, all ranks starting together."""
+    _sync(device)
+    dist.barrier()
+    if device.type == "cuda":
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _times_ms(fns: dict, cfg, device) -> dict:
+    """Each function's median over runs of the slowest rank's time. The functions take
+    turns, one run each per round, so that a drift of the clocks or of the link over the
+    measurement falls on all of them alike."""
+    for _ in range(cfg["warmup"]):
+        for fn in fns.values():
+            fn()
+    runs = {name: [] for name in fns}
+    for _ in range(cfg["iters"]):
+        for name, fn in fns.items():
+            runs[name].append(_run_ms(fn, device))
+    return {name: statistics.median(_slowest(times, device)) for name, times in runs.items()}
+
+
 def _time_ms(fn, cfg, device) -> float:
     """Median over runs of the slowest rank's time; all ranks start each run together."""
-    for _ in range(cfg["warmup"]):
-        fn()
-    times = []
-    for _ in range(cfg["iters"]):
-        _sync(device)
-        dist.barrier()
-        if device.type == "cuda":
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(_slowest(times, device))
+    return _times_ms({"fn": fn}, cfg, device)["fn"]
 
 
 def _check(rank, world, w, shard, top_k, T, dtype, device) -> dict:
@@ -146,19 +159,22 @@ def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
     H, I = shard.router.shape[0], shard.gate.shape[2]
     x = _tokens(rank, T, H, dtype, device)
     chunks = cfg["chunks"]
-    seq_ms = _time_ms(lambda: ep.ep_forward_sequential(x, shard, top_k), cfg, device)
-    ovl_ms = _time_ms(lambda: ep.ep_forward_overlapped(x, shard, top_k, chunks), cfg, device)
-    # The knob: fewer, larger chunks hide less of the exchange but add less host work
-    # and padding per chunk.
-    by_chunks = {str(c): (ovl_ms if c == chunks else _time_ms(
-        lambda c=c: ep.ep_forward_overlapped(x, shard, top_k, c), cfg, device))
-        for c in sorted({2, chunks, *cfg.get("more_chunks", (8,))})}
-    dedup_ms = _time_ms(lambda: ep.ep_forward_dedup(x, shard, top_k), cfg, device)
     # The layer as a user calls it: whichever version its own trial runs found fastest
-    # here (timed once per key, before this measurement; then a dictionary lookup).
+    # here (timed once per key, before the measurement; then a dictionary lookup).
     choices = cfg.get("choices", ep.CHOICES)
     chosen = ep.chosen(x, shard, top_k, choices=choices, runs=cfg["choice_runs"])
-    chosen_ms = _time_ms(lambda: ep.ep_forward(x, shard, top_k, choices=choices), cfg, device)
+    # The knob of the overlapped version: fewer, larger chunks hide less of the exchange
+    # but add less host work and padding per chunk.
+    all_chunks = sorted({2, chunks, *cfg.get("more_chunks", (8,))})
+    versions = {"sequential": lambda: ep.ep_forward_sequential(x, shard, top_k),
+                **{c: lambda c=c: ep.ep_forward_overlapped(x, shard, top_k, c)
+                   for c in all_chunks},
+                "dedup": lambda: ep.ep_forward_dedup(x, shard, top_k),
+                "chosen": lambda: ep.ep_forward(x, shard, top_k, choices=choices)}
+    ms = _times_ms(versions, cfg, device)
+    seq_ms, ovl_ms, dedup_ms, chosen_ms = (ms[k] for k in ("sequential", chunks, "dedup",
+                                                           "chosen"))
+    by_chunks = {str(c): ms[c] for c in all_chunks}
     p = ep.plan(x, shard, top_k)
     send, recv = p.send_splits[0], p.recv_splits[0]
     goes = ep.destinations(moe.route(x @ shard.router, top_k)[1], len(shard.gate), world)
