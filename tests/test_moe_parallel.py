@@ -321,18 +321,24 @@ def _parallel_records() -> list:
 
 @pytest.mark.parametrize("name,gpu", _parallel_records() or [pytest.param(
     None, None, marks=pytest.mark.skip(reason="no moe_parallel record committed"))])
-def test_the_chosen_layer_is_never_slower_than_sequential(name, gpu):
-    """Lesson 08's overlap target, on every record that timed the chosen layer (records
-    older than the chooser have no ``chosen_ms``, and are held to their checks only)."""
+def test_the_record_is_checked_and_its_choices_are_the_fast_ones(name, gpu):
+    """Every version agreed with one GPU, and where the record timed the chosen layer
+    (records older than the chooser have no ``chosen_ms``), the version it chose was the
+    fastest measured, or within :data:`CHOICE_SLACK` of it: trial runs are short, and two
+    versions that close trade places from one run to the next."""
     from helpers import records
 
     rec = records.load(name, gpu)
     assert all(c["ok"] for c in rec.results["checks"]), rec.results["checks"]
-    timed = [c for c in rec.results["cases"] if "chosen_ms" in c]
-    for c in timed:
-        ratio = c["sequential_ms"] / c["chosen_ms"]
-        assert ratio >= exp.CHOSEN_VS_SEQUENTIAL, (
-            f"{name} on {gpu}, E={c['experts']}, {c['tokens_per_rank']} tokens a rank: the "
-            f"chosen version ({c['chosen']}) ran at {ratio:.2f}x sequential, below "
-            f"{exp.CHOSEN_VS_SEQUENTIAL}")
+    for c in (c for c in rec.results["cases"] if "chosen_ms" in c):
+        measured = {"sequential": c["sequential_ms"], "dedup": c["dedup_ms"],
+                    **{f"overlapped:{k}": ms for k, ms in c["overlapped_ms_by_chunks"].items()}}
         assert c["chosen"] in ep.CHOICES
+        best = min(measured, key=measured.get)
+        assert measured[c["chosen"]] <= measured[best] * (1 + CHOICE_SLACK), (
+            f"{name} on {gpu}, E={c['experts']}, {c['tokens_per_rank']} tokens a rank: chose "
+            f"{c['chosen']} ({measured[c['chosen']]:.3f} ms) but {best} ran in "
+            f"{measured[best]:.3f} ms")
+
+
+CHOICE_SLACK = 0.05

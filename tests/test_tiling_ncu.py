@@ -155,3 +155,35 @@ def test_record_has_a_row_per_rung_or_says_why_not(rec):
         return
     assert [row["rung"] for row in r["rows"]] == [s[0] for s in experiment.rungs()]
     assert plots.ncu_table(rec).count("\n") >= len(r["rows"])
+
+
+def test_the_clock_explains_the_distance_to_the_datasheet_peak():
+    """Lesson 04's clock lines, on every committed record that read the SM clock: the
+    datasheet's peak implies Hopper's boost clock, and the pipe's busy share times the peak
+    at the clock ncu read lands within 10 % of the TFLOP/s the launch's time gives."""
+    import re
+
+    from helpers import hardware, records
+    from helpers.plots import tiling_ncu as plots
+
+    with_clock = [g for g in records.available("tiling_ncu")
+                  if all(r["metrics"].get(plots.CLOCK) for r in
+                         records.load("tiling_ncu", g).results["rows"])]
+    if not with_clock:
+        pytest.skip("no committed tiling_ncu record read the SM clock")
+    for gpu in with_clock:
+        lines = plots.clock_lines(records.load("tiling_ncu", gpu), hardware.lookup(gpu))
+        got = float(re.search(r"([\d,]+) TFLOP/s, tensor", lines[0]).group(1).replace(",", ""))
+        assert "1.83 GHz" in lines[1], lines[1]
+        busy_times_peak = float(re.search(r"= ([\d,]+) TFLOP/s$", lines[2]).group(1)
+                                .replace(",", ""))
+        assert 0.9 < got / busy_times_peak <= 1.0, lines
+
+
+def test_the_clock_lines_say_when_the_record_has_no_clock():
+    from helpers import hardware, records
+    from helpers.plots import tiling_ncu as plots
+
+    rec = records.load("tiling_ncu", "H100-SXM")
+    with pytest.raises(ValueError, match="lacks the clock"):
+        plots.clock_lines(rec, hardware.lookup("H100-SXM"))

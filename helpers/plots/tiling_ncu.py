@@ -81,3 +81,41 @@ def ncu_table(record) -> str:
 
 def print_ncu_table(record) -> None:
     print(ncu_table(record))
+
+
+# Hopper's tensor cores, dense fp16/bf16: 4,096 FLOPs per clock per SM, twice the A100's
+# 1,024 FMAs (NVIDIA H100 Tensor Core GPU Architecture whitepaper: "2x the MMA rate of A100,
+# clock-for-clock"). The datasheet's peak is this times the SMs times the clock it assumes.
+HOPPER_FP16_FLOP_PER_CLOCK_PER_SM = 4096
+
+
+def clock_lines(record, spec, rung: str = "v5") -> list[str]:
+    """Why a tensor pipe near 95 % busy is far from the datasheet's TFLOP/s: the clock.
+
+    From the record's ``rung`` (a Hopper GPU; ``spec`` its :class:`~helpers.hardware.GPUSpec`):
+    the TFLOP/s its time gives, the clock the datasheet's peak assumes, the SM clock ncu read
+    during the launch, and the peak at that clock times the pipe's busy share.
+    """
+    res = results_of(record)
+    row = next(r for r in res["rows"] if r["rung"] == rung)
+    m = row["metrics"]
+    if m.get(CLOCK) is None or m.get(TIME) is None or tensor_pct(m) is None:
+        raise ValueError(f"the record's {rung} row lacks the clock, the time or the tensor "
+                         "pipe's counter (a record from before the clock was read?)")
+    M, N, K = res["shape"]
+    tflops = 2 * M * N * K / (m[TIME] * 1e-9) / 1e12
+    per_clock = HOPPER_FP16_FLOP_PER_CLOCK_PER_SM * spec.sm_count
+    datasheet = spec.peak(res["dtype"])
+    assumed_ghz = datasheet * 1e12 / per_clock / 1e9
+    ghz = m[CLOCK] / 1e9
+    at_clock = per_clock * m[CLOCK] / 1e12
+    busy = tensor_pct(m)
+    return [
+        f"{row.get('label') or rung} on {getattr(record, 'gpu', spec.name)}: "
+        f"{tflops:,.0f} TFLOP/s, tensor pipe {busy:.1f} % busy",
+        f"datasheet peak {datasheet:,.0f} TFLOP/s = {spec.sm_count} SMs x "
+        f"{HOPPER_FP16_FLOP_PER_CLOCK_PER_SM:,} FLOP/clock x {assumed_ghz:.2f} GHz "
+        f"-> {tflops / datasheet:.0%} of it",
+        f"SM clock during the launch (ncu): {ghz:.2f} GHz -> peak at that clock "
+        f"{at_clock:,.0f} TFLOP/s; x {busy:.1f} % busy = {at_clock * busy / 100:,.0f} TFLOP/s",
+    ]
