@@ -13,8 +13,9 @@ to bottom:
 * The napkin math (:func:`helpers.intensity.bytes_sent_per_rank`,
   :func:`helpers.intensity.exchange_ms`): under uniform routing a copy stays home with
   probability ``1/world``; the rest cross the link, once there and once back.
-* :func:`plan` (route, dispatch, exchange the counts) and :func:`local_forward` (the
-  local experts on the rows received): the pieces both versions share.
+* :func:`header` (route, count, exchange the counts: the one host sync), :func:`plan`
+  (dispatch, split sizes) and :func:`local_forward` (the local experts on the rows
+  received): the pieces the versions share.
 * :func:`ep_forward_sequential`: the layer in six steps. Route and dispatch locally (the
   single-GPU :func:`~helpers.kernels.moe.route` and
   :func:`~helpers.kernels.moe.dispatch`); count copies per destination rank; exchange
@@ -50,7 +51,8 @@ from . import MoEWeights, Dispatch, dispatch, route
 from .grouped import combine, grouped_matmul, grouped_swiglu
 
 __all__ = [
-    "local_experts", "shard_weights", "check_expert_parallel", "Plan", "plan", "local_forward",
+    "local_experts", "shard_weights", "check_expert_parallel", "GRAIN", "Header", "header",
+    "Plan", "plan", "local_forward",
     "ep_forward_sequential", "ep_forward_overlapped", "ep_forward_dedup", "destinations",
     "ep_forward", "CHOICES", "chosen",
 ]
@@ -126,6 +128,58 @@ def _world(group) -> int:
 # --------------------------------------------------------------------------------------
 
 
+# The counts travel per ``GRAIN``-th of the tokens: a pipeline of 1, 2, 4 or 8 chunks
+# sums them (chunk ``t * C // T`` of a token is its grain ``t * 8 // T`` divided by 8/C).
+GRAIN = 8
+
+
+@dataclass
+class Header:
+    """What a rank learns before any row travels, from one ``all_to_all_single`` of a
+    few integers per rank: enough for every version, so the layer can choose one after it.
+
+    Each rank sends rank ``i`` one block: the copies it sends there per grain of its
+    tokens and local expert, the tokens it sends there once (:func:`ep_forward_dedup`),
+    and its token count (so all ranks agree on the chooser's key without another
+    collective)."""
+
+    weights: torch.Tensor     # (T, top_k) routing weights
+    ids: torch.Tensor         # (T, top_k) expert ids
+    grain: int
+    received: torch.Tensor    # (world, grain, E/world) on x's device: copies from each rank
+    sent_host: torch.Tensor   # (grain, world): copies this rank sends to each rank
+    received_host: torch.Tensor  # (world, grain): copies it receives from each rank
+    pairs_sent: list          # [rank]: tokens sent once to each rank
+    pairs_received: list      # [rank]: tokens received once from each rank
+    most_tokens: int          # the most tokens any rank holds
+
+
+def header(x: torch.Tensor, w: MoEWeights, top_k: int, group=None,
+           grain: int = GRAIN) -> Header:
+    """Route, count and exchange the counts: the layer's one host sync."""
+    if isinstance(grain, bool) or not isinstance(grain, int) or grain < 1:
+        raise ValueError(f"chunks must be a positive whole number, got {grain!r}")
+    world = _world(group)
+    per = check_expert_parallel(x, w, top_k, world)
+    E, T = w.router.shape[1], x.shape[0]
+    weights, ids = route(x @ w.router, top_k)
+    grain_of = torch.arange(T, device=x.device) * grain // max(T, 1)    # grain of each token
+    flat = (ids + E * grain_of[:, None]).reshape(-1)
+    # scatter_add_, not bincount: on CUDA bincount reads the largest id back to the host.
+    copies = torch.zeros(grain * E, dtype=torch.long, device=x.device).scatter_add_(
+        0, flat, torch.ones_like(flat))
+    pairs = destinations(ids, per, world).sum(dim=0)                     # (world,)
+    block = torch.cat([copies.view(grain, world, per).transpose(0, 1).reshape(world, -1),
+                       pairs[:, None], torch.full_like(pairs[:, None], T)], dim=1)
+    got = torch.empty_like(block)
+    dist.all_to_all_single(got, block, group=group)      # row i goes to rank i
+    host = torch.stack([block, got]).cpu()               # the one host sync
+    counts = host[:, :, :grain * per].reshape(2, world, grain, per).sum(dim=3)
+    return Header(weights, ids, grain, got[:, :grain * per].view(world, grain, per),
+                  counts[0].T, counts[1], host[0, :, -2].tolist(), host[1, :, -2].tolist(),
+                  int(host[1, :, -1].max()))
+
+
 @dataclass
 class Plan:
     """One rank's side of the exchange, the tokens cut into ``chunks`` slices."""
@@ -143,34 +197,35 @@ class Plan:
         return self.send[self.chunk_rows[c]:self.chunk_rows[c + 1]]
 
 
-def plan(x: torch.Tensor, w: MoEWeights, top_k: int, chunks: int = 1, group=None) -> Plan:
-    """Route, dispatch and exchange the counts: everything before the rows travel.
+def plan(x: torch.Tensor, w: MoEWeights, top_k: int, chunks: int = 1, group=None,
+         head: Header | None = None) -> Plan:
+    """Everything before the rows travel: the :func:`header` (given, or exchanged here)
+    and the dispatch.
 
     Chunk ``c`` is a contiguous slice of the tokens. Sorting the copies by ``(chunk,
     expert)`` sorts them by destination rank too, since a rank's experts are
     consecutive: each chunk's rows for rank ``i`` are one block, as
-    ``all_to_all_single`` wants. One host sync, for the split sizes.
+    ``all_to_all_single`` wants.
     """
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks must be a positive whole number, got {chunks!r}")
-    world = _world(group)
-    per = check_expert_parallel(x, w, top_k, world)
+    if head is None:
+        head = header(x, w, top_k, group, grain=chunks)
+    if head.grain % chunks:
+        raise ValueError(f"a header counted in {head.grain} grains cannot plan {chunks} chunks")
     E, T = w.router.shape[1], x.shape[0]
-    weights, ids = route(x @ w.router, top_k)
+    world, per = head.received.shape[0], head.received.shape[2]
     chunk = torch.arange(T, device=x.device) * chunks // max(T, 1)   # chunk of each token
-    d = dispatch(ids + E * chunk[:, None], chunks * E, check=False)   # one sort, all chunks
-    sent = d.counts.view(chunks, world, per)
-    # Rank i's block of the counts goes to rank i: received[j] = what rank j sends me.
-    received = torch.empty((world, chunks, per), dtype=sent.dtype, device=x.device)
-    dist.all_to_all_single(received, sent.transpose(0, 1).contiguous(), group=group)
-    host = torch.cat([sent.flatten(), received.flatten()]).cpu()   # the one host sync
-    send_splits = host[:sent.numel()].view(chunks, world, per).sum(dim=2).tolist()
-    recv_splits = host[sent.numel():].view(world, chunks, per).sum(dim=2).T.tolist()
+    d = dispatch(head.ids + E * chunk[:, None], chunks * E, check=False)  # one sort
+    merge = head.grain // chunks                                     # grains per chunk
+    send_splits = head.sent_host.reshape(chunks, merge, world).sum(dim=1).tolist()
+    recv_splits = head.received_host.reshape(world, chunks, merge).sum(dim=2).T.tolist()
+    received = head.received.view(world, chunks, merge, per).sum(dim=2)
     chunk_rows = [0]
     for c in range(chunks):
         chunk_rows.append(chunk_rows[-1] + sum(send_splits[c]))
-    return Plan(weights, d, x.index_select(0, d.rows), send_splits, recv_splits, received,
-                chunk_rows)
+    return Plan(head.weights, d, x.index_select(0, d.rows), send_splits, recv_splits,
+                received, chunk_rows)
 
 
 def local_forward(x_recv: torch.Tensor, counts: torch.Tensor, w: MoEWeights) -> torch.Tensor:
@@ -211,10 +266,11 @@ def _rows(n: int, like: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 
 
-def ep_forward_sequential(x: torch.Tensor, w: MoEWeights, top_k: int,
-                          group=None) -> torch.Tensor:
-    """This rank's ``(T, H)`` outputs. ``w`` is its shard (:func:`shard_weights`)."""
-    p = plan(x, w, top_k, chunks=1, group=group)
+def ep_forward_sequential(x: torch.Tensor, w: MoEWeights, top_k: int, group=None,
+                          head: Header | None = None) -> torch.Tensor:
+    """This rank's ``(T, H)`` outputs. ``w`` is its shard (:func:`shard_weights`); ``head``
+    a :func:`header` already exchanged for these tokens (else it is exchanged here)."""
+    p = plan(x, w, top_k, chunks=1, group=group, head=head)
     send_splits, recv_splits = p.send_splits[0], p.recv_splits[0]
     # There: block i of p.send goes to rank i; from rank j come recv_splits[j] rows.
     x_recv = _rows(sum(recv_splits), x)
@@ -227,7 +283,7 @@ def ep_forward_sequential(x: torch.Tensor, w: MoEWeights, top_k: int,
 
 
 def ep_forward_overlapped(x: torch.Tensor, w: MoEWeights, top_k: int, chunks: int = 4,
-                          group=None) -> torch.Tensor:
+                          group=None, head: Header | None = None) -> torch.Tensor:
     """:func:`ep_forward_sequential`, pipelined over ``chunks`` slices of the tokens.
 
     The timeline (the all-to-alls queue on one communication stream, the experts on
@@ -239,7 +295,7 @@ def ep_forward_overlapped(x: torch.Tensor, w: MoEWeights, top_k: int, chunks: in
     Every rank must pass the same ``chunks`` (a rank with few tokens sends empty chunks):
     each chunk is a collective all ranks take part in.
     """
-    p = plan(x, w, top_k, chunks=chunks, group=group)
+    p = plan(x, w, top_k, chunks=chunks, group=group, head=head)
     y_back = _rows(p.send.shape[0], x)
     kept, back = [], []      # tensors in flight stay referenced until their work is done
 
@@ -293,25 +349,26 @@ def destinations(ids: torch.Tensor, per: int, world: int) -> torch.Tensor:
     return goes.scatter_(1, ids // per, True)
 
 
-def ep_forward_dedup(x: torch.Tensor, w: MoEWeights, top_k: int, group=None) -> torch.Tensor:
+def ep_forward_dedup(x: torch.Tensor, w: MoEWeights, top_k: int, group=None,
+                     head: Header | None = None) -> torch.Tensor:
     """This rank's ``(T, H)`` outputs, each token sent once to each rank holding any of its
     experts (with its local experts' ids and weights beside it), one partial sum back.
 
     A *pair* is (token, destination rank); pairs go out grouped by rank, tokens in order.
-    Three all-to-alls there (counts, then rows and the ``2 top_k`` numbers of each pair)
-    and one back; the partial sums of a token are added in rank order (no atomics).
+    Three all-to-alls there (the :func:`header`'s counts, then rows and the ``2 top_k``
+    numbers of each pair) and one back; the partial sums of a token are added in rank
+    order (no atomics).
     """
+    if head is None:
+        head = header(x, w, top_k, group, grain=1)
     world = _world(group)
     per = check_expert_parallel(x, w, top_k, world)
     T = x.shape[0]
-    weights, ids = route(x @ w.router, top_k)
+    weights, ids = head.weights, head.ids
     dest = ids // per                                                  # (T, top_k)
     goes = destinations(ids, per, world)
     pair_rank, pair_token = goes.T.nonzero(as_tuple=True)             # rank-major
-    send_counts = goes.sum(dim=0)
-    recv_counts = torch.empty_like(send_counts)
-    dist.all_to_all_single(recv_counts, send_counts, group=group)
-    send_splits, recv_splits = (c.tolist() for c in torch.stack([send_counts, recv_counts]).cpu())
+    send_splits, recv_splits = head.pairs_sent, head.pairs_received
     # Each pair's copies on its rank: local expert ids (-1 elsewhere) and routing weights.
     mine = dest[pair_token] == pair_rank[:, None]
     meta = torch.cat([torch.where(mine, ids[pair_token] - pair_rank[:, None] * per, -1).float(),
@@ -348,7 +405,8 @@ def _candidate(name: str):
     if name == "dedup":
         return ep_forward_dedup
     chunks = int(name.split(":")[1])
-    return lambda x, w, top_k, group=None: ep_forward_overlapped(x, w, top_k, chunks, group)
+    return lambda x, w, top_k, group=None, head=None: ep_forward_overlapped(
+        x, w, top_k, chunks, group, head)
 
 
 def _trial_ms(fn, device, group, runs: int) -> float:
@@ -370,22 +428,18 @@ def _trial_ms(fn, device, group, runs: int) -> float:
     return slowest.item()
 
 
-def _key(x: torch.Tensor, w: MoEWeights, top_k: int, group) -> tuple:
+def _key(head: Header, w: MoEWeights, top_k: int, group, x: torch.Tensor) -> tuple:
     """What the choice depends on, the same on every rank: the most tokens any rank holds
-    (rounded up to a power of two), the shapes, ``top_k``, the world and the dtype. One
-    tiny all-reduce, so that ranks with different token counts still agree. It costs a
-    host read of the device: on two H200s the chosen layer ran 0.2-0.3 ms slower than
-    the version it chose, called directly (a gloo all-reduce on the CPU instead cost
-    0.6-0.9 ms)."""
-    most = torch.tensor([x.shape[0]], dtype=torch.int64, device=x.device)
-    dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)
-    tokens = 1 << max(int(most.item()) - 1, 0).bit_length()
+    (rounded up to a power of two; every rank's count came in the :func:`header`, so
+    ranks with different token counts agree without another collective), the shapes,
+    ``top_k``, the world and the dtype."""
+    tokens = 1 << max(head.most_tokens - 1, 0).bit_length()
     return (tokens, tuple(w.gate.shape), w.router.shape[1], top_k, _world(group),
             str(x.dtype), x.device.type)
 
 
 def chosen(x: torch.Tensor, w: MoEWeights, top_k: int, group=None,
-           choices=CHOICES, runs: int = 3) -> str:
+           choices=CHOICES, runs: int = 3, head: Header | None = None) -> str:
     """The candidate of ``choices`` that :func:`ep_forward` runs for this key, timing each
     one (a warm-up, then the median of ``runs``) the first time a key is seen: every rank
     times every candidate in the same order, and all take the one whose slowest rank was
@@ -393,7 +447,9 @@ def chosen(x: torch.Tensor, w: MoEWeights, top_k: int, group=None,
     unknown = set(choices) - set(CHOICES)
     if not choices or unknown:
         raise ValueError(f"choices must be some of {CHOICES}; got {tuple(choices)}")
-    key = (_key(x, w, top_k, group), tuple(choices))
+    if head is None:
+        head = header(x, w, top_k, group)
+    key = (_key(head, w, top_k, group, x), tuple(choices))
     if key not in _CHOSEN:
         device = x.device
         times = {name: _trial_ms(lambda n=name: _candidate(n)(x, w, top_k, group=group),
@@ -406,5 +462,8 @@ def ep_forward(x: torch.Tensor, w: MoEWeights, top_k: int, group=None,
                choices=CHOICES, runs: int = 3) -> torch.Tensor:
     """This rank's ``(T, H)`` outputs by whichever version measured fastest here (see
     :func:`chosen`); every version gives the same result. A collective: every rank calls
-    it, with the same ``choices``."""
-    return _candidate(chosen(x, w, top_k, group, choices, runs))(x, w, top_k, group=group)
+    it, with the same ``choices``. The :func:`header` is exchanged once and serves both
+    the choice and the version chosen."""
+    head = header(x, w, top_k, group)
+    name = chosen(x, w, top_k, group, choices, runs, head=head)
+    return _candidate(name)(x, w, top_k, group=group, head=head)
