@@ -323,9 +323,11 @@ def _parallel_records() -> list:
     None, None, marks=pytest.mark.skip(reason="no moe_parallel record committed"))])
 def test_the_record_is_checked_and_its_choices_are_the_fast_ones(name, gpu):
     """Every version agreed with one GPU, and where the record timed the chosen layer
-    (records older than the chooser have no ``chosen_ms``), the version it chose was the
-    fastest measured, or within :data:`CHOICE_SLACK` of it: trial runs are short, and two
-    versions that close trade places from one run to the next."""
+    (records older than the chooser have no ``chosen_ms``): the chosen layer, timed in
+    turns beside the versions it chooses from, ran within :data:`CHOICE_SLACK` of the
+    fastest of them or within the spread of its runs (its trial runs are short, and two
+    versions that close trade places from one run to the next), and met the experiment's target against the sequential
+    version."""
     from helpers import records
 
     rec = records.load(name, gpu)
@@ -335,10 +337,17 @@ def test_the_record_is_checked_and_its_choices_are_the_fast_ones(name, gpu):
                     **{f"overlapped:{k}": ms for k, ms in c["overlapped_ms_by_chunks"].items()}}
         assert c["chosen"] in ep.CHOICES
         best = min(measured, key=measured.get)
-        assert measured[c["chosen"]] <= measured[best] * (1 + CHOICE_SLACK), (
-            f"{name} on {gpu}, E={c['experts']}, {c['tokens_per_rank']} tokens a rank: chose "
-            f"{c['chosen']} ({measured[c['chosen']]:.3f} ms) but {best} ran in "
-            f"{measured[best]:.3f} ms")
+        where = f"{name} on {gpu}, E={c['experts']}, {c['tokens_per_rank']} tokens a rank"
+        # Where the record kept each version's middle half of runs (quartiles), a layer
+        # whose middle half overlaps the fastest version's was not measurably slower.
+        q = c.get("quartiles_ms")
+        told_apart = q is None or q["chosen"][0] > q[best][1]
+        assert c["chosen_ms"] <= measured[best] * (1 + CHOICE_SLACK) or not told_apart, (
+            f"{where}: the layer (it chose {c['chosen']}) ran in {c['chosen_ms']:.3f} ms but "
+            f"{best} ran in {measured[best]:.3f} ms")
+        assert c["sequential_ms"] / c["chosen_ms"] >= exp.CHOSEN_VS_SEQUENTIAL, (
+            f"{where}: the chosen layer ran at {c['sequential_ms'] / c['chosen_ms']:.2f}x the "
+            f"sequential version, below its target {exp.CHOSEN_VS_SEQUENTIAL}x")
 
 
 CHOICE_SLACK = 0.05

@@ -120,9 +120,9 @@ def _run_ms(fn, device) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def _times_ms(fns: dict, cfg, device) -> dict:
-    """Each function's median over runs of the slowest rank's time. The functions take
-    turns, one run each per round, so that a drift of the clocks or of the link over the
+def _rounds_ms(fns: dict, cfg, device) -> dict:
+    """Each function's runs, each the slowest rank's time. The functions take turns, one
+    run each per round, so that a drift of the clocks or of the link over the
     measurement falls on all of them alike."""
     for _ in range(cfg["warmup"]):
         for fn in fns.values():
@@ -131,7 +131,17 @@ def _times_ms(fns: dict, cfg, device) -> dict:
     for _ in range(cfg["iters"]):
         for name, fn in fns.items():
             runs[name].append(_run_ms(fn, device))
-    return {name: statistics.median(_slowest(times, device)) for name, times in runs.items()}
+    return {name: _slowest(times, device) for name, times in runs.items()}
+
+
+def _middle_half(times: list) -> list:
+    """The first and third quartiles of ``times`` (one run: that run twice)."""
+    return statistics.quantiles(times, n=4)[::2] if len(times) > 1 else [times[0]] * 2
+
+
+def _times_ms(fns: dict, cfg, device) -> dict:
+    """Each function's median over :func:`_rounds_ms`."""
+    return {name: statistics.median(t) for name, t in _rounds_ms(fns, cfg, device).items()}
 
 
 def _time_ms(fn, cfg, device) -> float:
@@ -180,7 +190,12 @@ def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
                    for c in all_chunks},
                 "dedup": lambda: ep.ep_forward_dedup(x, shard, top_k),
                 "chosen": lambda: ep.ep_forward(x, shard, top_k, choices=choices)}
-    ms = _times_ms(versions, cfg, device)
+    rounds = _rounds_ms(versions, cfg, device)
+    ms = {name: statistics.median(t) for name, t in rounds.items()}
+    # The middle half of each version's runs: two versions whose middle halves overlap
+    # are not told apart by this measurement.
+    quartiles = {("overlapped:" + str(name) if isinstance(name, int) else name):
+                 _middle_half(t) for name, t in rounds.items()}
     seq_ms, ovl_ms, dedup_ms, chosen_ms = (ms[k] for k in ("sequential", chunks, "dedup",
                                                            "chosen"))
     by_chunks = {str(c): ms[c] for c in all_chunks}
@@ -208,6 +223,7 @@ def _case(rank, world, shard, top_k, T, cfg, dtype, device) -> dict:
         "bytes_sent_per_rank": away, "bytes_sent_per_rank_uniform": expected,
         "dedup_ms": dedup_ms, "bytes_sent_per_rank_dedup": away_dedup,
         "chosen": chosen, "chosen_ms": chosen_ms, "chosen_speedup": seq_ms / chosen_ms,
+        "quartiles_ms": quartiles,
         "bytes_sent_per_rank_dedup_uniform": intensity.bytes_sent_per_rank_dedup(
             T, top_k, H, world, shard.router.shape[1], dtype),
         "napkin_exchange_ms": intensity.exchange_ms(T, top_k, H, world, dtype,
