@@ -63,7 +63,7 @@ SMOKE = {"shapes": [("smoke", 8, 2, 256, 512)], "tokens": [64, 256], "warmup": 1
 def sizes(smoke: bool = False, chunks: int = CHUNKS) -> dict:
     """What one run measures: shapes as ``(name, E, top_k, H, I)``, tokens per rank, runs."""
     cfg = {"dtype": DTYPE, "chunks": chunks, "warmup": WARMUP, "iters": ITERS, "smoke": smoke,
-           "choices": list(ep.CHOICES), "choice_runs": 3,
+           "choices": list(ep.CHOICES), "choice_runs": 5,
            "tokens": list(TOKENS), "link_gb_per_s": LINK_GB_PER_S,
            "shapes": [(s.name, s.experts, s.top_k, s.hidden, s.width) for s in SHAPES]}
     return {**cfg, **SMOKE} if smoke else cfg
