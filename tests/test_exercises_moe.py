@@ -126,3 +126,32 @@ def test_two_rank_demo_matches_one_process():
         assert r["sequential max error"] <= tol and r["overlapped max error"] <= tol, r
         assert sum(r["rows sent to each rank"]) == copies
     assert [r["experts held"] for r in out] == [[0, 1], [2, 3]]
+
+
+def _parallel_record():
+    """A made-up expert-parallel record: once per rank sends a quarter of the bytes."""
+    from types import SimpleNamespace
+
+    case = {"experts": 128, "top_k": 8, "tokens_per_rank": 16384, "sequential_ms": 8.0,
+            "overlapped_ms": 7.5, "overlapped_ms_by_chunks": {"2": 7.0, "4": 7.5},
+            "dedup_ms": 5.0, "bytes_sent_per_rank": 400e6, "bytes_sent_per_rank_dedup": 100e6,
+            "all_to_all_ms": 2.0, "all_to_all_gb_per_s": 200.0}
+    return SimpleNamespace(gpu="Some GPU", label="made up", results={"world": 2,
+                                                                      "cases": [case]})
+
+
+def test_fastest_parallel_version_and_what_the_exchange_explains():
+    from helpers.plots import moe_parallel as parallel_plots
+
+    rec = _parallel_record()
+    assert ex.check_fastest_parallel("once per rank", rec, 128, 16384)
+    wrong = ex.check_fastest_parallel("overlapped", rec, 128, 16384)
+    assert not wrong and "overlapped 7 ms" in wrong.message      # its best chunk count
+    assert_unanswered(ex.check_fastest_parallel(None, rec, 128, 16384))
+    with pytest.raises(KeyError, match="no case with 8 experts"):
+        ex.check_fastest_parallel("sequential", rec, 8, 16384)
+    lines = "\n".join(parallel_plots.once_per_rank_lines(rec, 128, 16384))
+    # A quarter of the bytes at the same GB/s: 0.5 ms each way instead of 2; there and
+    # back that saves 3 of the 3 ms between the versions, leaving nothing outside.
+    assert "(1.60x)" in lines and "(25%)" in lines and ": 0.50 ms" in lines
+    assert "saves 3.00 ms of the 3.00 ms; the other 0.00 ms" in lines

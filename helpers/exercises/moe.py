@@ -142,6 +142,20 @@ def check_loop_launches(answer, rec, shape: str) -> Feedback:
                         why)
 
 
+def check_fastest_parallel(answer, rec, experts: int, tokens: int) -> Feedback:
+    """Prediction: which version of the expert-parallel layer ran fastest in the record?
+    ``"sequential"``, ``"overlapped"`` (its best chunk count) or ``"once per rank"``."""
+    from ..plots import moe_parallel as parallel_plots
+
+    case = parallel_plots.case_of(rec, experts, tokens)
+    times = parallel_plots.versions(case)
+    fastest = min(times, key=times.get)
+    why = (f"In the recorded run ({rec.gpu} x {rec.results['world']}, E = {experts}, "
+           f"{tokens:,} tokens a rank): " + ", ".join(f"{k} {v:.3g} ms" for k, v in times.items())
+           + ".")
+    return check_choice("the fastest version", answer, fastest, tuple(times), why)
+
+
 def skew_slows(rec, threshold: float = 1.15) -> bool:
     """Whether ours took ``threshold`` times longer at the strongest skew than unskewed."""
     levels = sorted(rec.results["imbalance"]["levels"], key=lambda lv: lv["strength"])

@@ -51,6 +51,7 @@ def plot_parallel(rec):
     fig, axes = plt.subplots(1, len(shapes), figsize=(7 * len(shapes), 4.5), squeeze=False)
     lines = (("sequential_ms", 1, "layer, exchange then compute", "o-"),
              ("overlapped_ms", 1, "layer, overlapped in chunks", "s-"),
+             ("dedup_ms", 1, "layer, a token sent once per rank", "D-"),
              ("experts_ms", 1, "local experts alone", "^--"),
              ("all_to_all_ms", 2, "2 x all-to-all (there and back), measured", "v--"),
              ("napkin_exchange_ms", 2, "2 x all-to-all, napkin math at the link's peak", "k:"))
@@ -59,7 +60,8 @@ def plot_parallel(rec):
         mine = sorted((c for c in cases if _label(c) == shape), key=lambda c: c["tokens_per_rank"])
         xs = [c["tokens_per_rank"] for c in mine]
         for key, times, label, style in lines:
-            ax.plot(xs, [times * c[key] for c in mine], style, label=label)
+            if all(key in c for c in mine):          # records before a version lack it
+                ax.plot(xs, [times * c[key] for c in mine], style, label=label)
         token_axis(ax, xs)
         ax.set_yscale("log")
         finish(ax, title=f"Expert parallelism on {world} GPUs, {shape} "
@@ -67,3 +69,40 @@ def plot_parallel(rec):
                source=rec.label)
     fig.tight_layout(w_pad=3)
     return fig
+
+
+def versions(case: dict) -> dict:
+    """The layer's versions in a case of the record and their times (ms)."""
+    return {"sequential": case["sequential_ms"], "overlapped": min(
+                case.get("overlapped_ms_by_chunks", {"": case["overlapped_ms"]}).values()),
+            **({"once per rank": case["dedup_ms"]} if "dedup_ms" in case else {})}
+
+
+def case_of(rec, experts: int, tokens: int) -> dict:
+    for c in rec.results["cases"]:
+        if c["experts"] == experts and c["tokens_per_rank"] == tokens:
+            return c
+    raise KeyError(f"the record has no case with {experts} experts and {tokens} tokens a rank")
+
+
+def once_per_rank_lines(rec, experts: int, tokens: int) -> list[str]:
+    """Where sending a token once per rank wins, how much of the win the exchange explains:
+    the all-to-all of every copy as measured, and the same all-to-all scaled to the bytes
+    the once-per-rank version sends (at the GB/s measured), there and back."""
+    c = case_of(rec, experts, tokens)
+    seq, once = c["sequential_ms"], c["dedup_ms"]
+    every_mb, once_mb = c["bytes_sent_per_rank"] / 1e6, c["bytes_sent_per_rank_dedup"] / 1e6
+    a2a = c["all_to_all_ms"]
+    a2a_once = a2a * once_mb / every_mb
+    saved = 2 * (a2a - a2a_once)
+    return [f"{rec.gpu} x {rec.results['world']}, E={experts} top-{c['top_k']}, {tokens:,} "
+            f"tokens a rank ({rec.label}):",
+            f"  layer: sequential {seq:.2f} ms, once per rank {once:.2f} ms ({seq / once:.2f}x)",
+            f"  bytes a rank sends each way: {every_mb:,.1f} MB of copies, {once_mb:,.1f} MB "
+            f"of tokens ({once_mb / every_mb:.0%})",
+            f"  one all-to-all of the copies, measured: {a2a:.2f} ms; of the tokens, at the same "
+            f"{c['all_to_all_gb_per_s']:.0f} GB/s: {a2a_once:.2f} ms",
+            f"  there and back, the exchange saves {saved:.2f} ms of the {seq - once:.2f} ms; "
+            f"the other {seq - once - saved:.2f} ms lie outside the all-to-all (sending every "
+            f"copy also gathers {every_mb / once_mb:.1f}x the rows before it and combines them "
+            f"after)"]
