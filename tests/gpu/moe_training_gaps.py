@@ -43,6 +43,26 @@ def trace(step, cache) -> dict:
     return events
 
 
+def host_and_bench(step, steps: int = 10) -> str:
+    """The host's time to issue a step (the GPU busy with earlier work, so nothing waits
+    on it unless the step itself synchronises) against do_bench's time of the step."""
+    import time
+
+    import triton
+
+    torch.cuda.synchronize()
+    hold = torch.empty(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(30):                          # ~100 ms of queued GPU work ahead
+        hold @ hold
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    host = (time.perf_counter() - start) * 1e3 / steps
+    torch.cuda.synchronize()
+    bench = triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median")
+    return f"host {host:.2f} ms a step, do_bench {bench:.2f} ms a step"
+
+
 def gaps(events, top: int) -> list[str]:
     kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
                      key=lambda e: e["ts"])
@@ -96,6 +116,7 @@ def main() -> None:
             fn(x, p, s.top_k).backward(dout)
         print(name)
         print("\n".join(gaps(trace(step, cache), args.top)))
+        print(f"  {host_and_bench(step)}")
         p.zero()
 
 
