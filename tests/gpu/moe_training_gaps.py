@@ -26,14 +26,17 @@ from helpers.experiments import moe_training as mt  # noqa: E402
 from helpers.experiments.moe import SHAPES, _randn, _weights  # noqa: E402
 
 
-def trace(step, cache) -> dict:
+def trace(step, cache, steps: int = 1) -> dict:
+    """The trace of ``steps`` steps issued back to back (no wait between them, as do_bench
+    issues its runs), a cold L2 before the first."""
     for _ in range(3):
         step()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         cache.zero_()                         # a cold L2, as do_bench makes it
-        step()
+        for _ in range(steps):
+            step()
         torch.cuda.synchronize()
     path = tempfile.mktemp(suffix=".json")
     prof.export_chrome_trace(path)
@@ -66,7 +69,7 @@ def host_and_bench(step, steps: int = 10) -> str:
 def gaps(events, top: int) -> list[str]:
     kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
                      key=lambda e: e["ts"])
-    runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
+    runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver", "cpu_op")]
     kernels = [k for k in kernels if k["ts"] >= kernels[0]["ts"]]
     # The step: from the first kernel after the cache clear to the last.
     first = next(i for i, k in enumerate(kernels) if "FillFunctor" not in k["name"]
@@ -82,12 +85,14 @@ def gaps(events, top: int) -> list[str]:
         if k["ts"] - end > 0:
             stretches.append((k["ts"] - end, end, k))
         end = max(end, k["ts"] + k["dur"])
+    before = {id(k): p for p, k in zip(kernels, kernels[1:])}
     for idle, start, k in sorted(stretches, key=lambda s: -s[0])[:top]:
+        out.append(f"    after {before[id(k)]['name'][:70]}")
         calls = {}
         for r in runtime:
             if r["ts"] < start + idle and r["ts"] + r.get("dur", 0) > start:
                 calls[r["name"]] = calls.get(r["name"], 0) + 1
-        said = ", ".join(f"{n} x{c}" for n, c in sorted(calls.items(), key=lambda x: -x[1])[:5])
+        said = ", ".join(f"{n[:40]} x{c}" for n, c in sorted(calls.items(), key=lambda x: -x[1])[:6])
         out.append(f"  {idle:8.1f} us idle before {k['name'][:60]:60} | host: {said}")
     return out
 
@@ -116,6 +121,8 @@ def main() -> None:
             fn(x, p, s.top_k).backward(dout)
         print(name)
         print("\n".join(gaps(trace(step, cache), args.top)))
+        print("  three steps back to back:")
+        print("\n".join(gaps(trace(step, cache, steps=3), args.top)))
         print(f"  {host_and_bench(step)}")
         p.zero()
 
