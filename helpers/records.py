@@ -167,3 +167,11 @@ def get(name: str, gpu: str | None = None, **options) -> Record:
     if runtime.is_gpu():
         return measure(name, **options)
     return load(name, gpu)
+
+
+def every_gpu(rec: Record, directory: Path = RECORDS_DIR) -> list[Record]:
+    """``rec`` (measured now or read), then the committed record of its experiment on every
+    other GPU: how a lesson draws its table once per GPU recorded."""
+    mine = rec.provenance.get("gpu_key")
+    return [rec] + [load(rec.name, key, directory) for key in available(rec.name, directory)
+                    if key != mine]

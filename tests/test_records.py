@@ -28,6 +28,16 @@ def test_h100_is_preferred_when_several_gpus_were_recorded(tmp_path):
     assert records.load("demo", gpu="A10G", directory=tmp_path).gpu == "A10G"
 
 
+def test_every_gpu_puts_the_given_record_first_and_each_other_gpu_once(tmp_path):
+    for key in ("A10G", "H100-SXM", "H200"):
+        records.write(Record("demo", {**PROV, "gpu_key": key, "gpu": key}, {"on": key}), tmp_path)
+    now = Record("demo", {**PROV, "gpu_key": "H200", "gpu": "H200"}, {"on": "measured now"})
+    assert [r.results["on"] for r in records.every_gpu(now, tmp_path)] == [
+        "measured now", "A10G", "H100-SXM"]
+    only = Record("demo", {**PROV, "gpu_key": "B200", "gpu": "B200"}, {"on": "B200"})
+    assert len(records.every_gpu(only, tmp_path)) == 4     # a GPU not recorded yet, then all
+
+
 def test_missing_record_says_how_to_make_it(tmp_path):
     with pytest.raises(records.RecordNotFoundError, match="./course record demo"):
         records.load("demo", directory=tmp_path)
