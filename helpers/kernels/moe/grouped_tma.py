@@ -1,0 +1,135 @@
+"""The grouped GEMM on sorted rows, fed by the TMA: a candidate for the weights' GEMMs.
+
+:func:`~helpers.kernels.moe.grouped.grouped_matmul` loads its tiles with ``cp.async``:
+every thread computes the addresses of its 16-byte pieces of A and of B. At the 8-expert
+training shape those GEMMs ran at 527-566 TFLOP/s on an H200 against CUTLASS's 596-631
+inside ``torch._grouped_mm`` (which loads through the TMA). Here both operands come
+through Hopper's Tensor Memory Accelerator, as in lesson 07's persistent matmul
+(:mod:`helpers.kernels.matmul.persistent`), from descriptors built on the host:
+
+* **A**, the sorted rows ``(R, K)``: a tile of expert ``e`` is a box at row ``start``.
+  A box may run past the expert's last row into the next expert's rows: those rows are
+  computed and never stored, as the pointer kernel's padding rows are. Past ``K`` and past
+  ``R`` the TMA reads zeros.
+* **B**, the experts' weights ``(E, K, N)``, seen as one ``(E K, N)`` matrix: expert
+  ``e``'s box at row ``e K + k``. When ``K`` is not a whole number of boxes, the last box
+  reaches into expert ``e + 1``'s rows; they meet A's columns past ``K``, which the TMA
+  read as zeros, so they add nothing. A transposed view (``B_T``: ``gate_up``'s ``(E, H,
+  2I)`` read as ``(E, 2I, H)`` for ``dx``) is described as the ``(E N, K)`` matrix
+  underneath and each box used transposed.
+* **C** is stored through pointers with a mask: a TMA store writes whole boxes, and a box
+  past the expert's end would overwrite the next expert's rows.
+
+One program per SM walks the tiles (``tile``, ``tile + NUM_SMS``, ...), skipping the tiles
+past the last real one, with :func:`~helpers.kernels.moe.grouped.expert_of_tile`'s
+arithmetic. The TMA needs 16-byte aligned rows: :func:`usable` says when it applies.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ... import runtime
+from ..matmul.config import TileConfig
+from ..matmul.ladder import grouped_tile
+from .grouped import KEYS, expert_of_tile
+
+
+@triton.jit
+def grouped_gemm_tma_kernel(a_desc, b_desc, c_ptr, counts_ptr, R, N, K, E, stride_cm,
+                            E_POW2: tl.constexpr, B_T: tl.constexpr, NUM_SMS: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """``C[r] = A[r] @ B[e]`` for every sorted row ``r`` of expert ``e``."""
+    max_tiles_m = tl.minimum(R, R // BLOCK_M + E)        # the worst case, as the pointer kernel
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), max_tiles_m * tiles_n, NUM_SMS):
+        pid_m, pid_n = grouped_tile(tile, max_tiles_m, tiles_n, GROUP_M)
+        expert, start, end = expert_of_tile(pid_m, counts_ptr, E, E_POW2, BLOCK_M)
+        if start < end:
+            col = pid_n * BLOCK_N
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for k in range(0, K, BLOCK_K):
+                a = a_desc.load([start, k])
+                if B_T:
+                    b = b_desc.load([expert * N + col, k]).T
+                else:
+                    b = b_desc.load([expert * K + k, col])
+                acc = tl.dot(a, b, acc)
+            offs_m = start + tl.arange(0, BLOCK_M)
+            offs_n = col + tl.arange(0, BLOCK_N)
+            c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+                     mask=(offs_m[:, None] < end) & (offs_n[None, :] < N))
+
+
+# The candidates, the pointer kernel's large tiles (the TMA pays on large tiles).
+TMA_SPACE = [
+    TileConfig(128, 256, 64, num_warps=8, num_stages=3),
+    TileConfig(128, 256, 64, num_warps=8, num_stages=4),
+    TileConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=16),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=4),
+    TileConfig(128, 128, 64, num_warps=4, num_stages=4),
+    TileConfig(128, 128, 64, num_warps=4, num_stages=5),
+    TileConfig(64, 128, 64, num_warps=4, num_stages=5),
+]
+CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
+
+
+def _transposed(w: torch.Tensor) -> bool:
+    """Whether each expert's ``(K, N)`` matrix is a transposed view (N the slow axis)."""
+    return w.stride(1) == 1 and w.stride(2) != 1
+
+
+def usable(a: torch.Tensor, w: torch.Tensor) -> str | None:
+    """``None`` where the TMA can read ``a`` ``(R, K)`` and ``w`` ``(E, K, N)`` as they
+    are; otherwise why not (the pointer kernel takes any strides)."""
+    size = a.element_size()
+    if a.stride(1) != 1 or (a.stride(0) * size) % 16 or a.data_ptr() % 16:
+        return "A's rows are not contiguous and 16-byte aligned"
+    E, K, N = w.shape
+    if _transposed(w):
+        ok = w.stride(2) == K and w.stride(0) == N * K
+        row = K
+    else:
+        ok = w.stride(2) == 1 and w.stride(1) == N and w.stride(0) == K * N
+        row = N
+    if not ok:
+        return "the experts' weights are not one (E, K, N) tensor or its transposed view"
+    if (row * size) % 16 or w.data_ptr() % 16:
+        return "the weights' rows are not whole 16-byte pieces"
+    return None
+
+
+def grouped_matmul_tma(a: torch.Tensor, counts: torch.Tensor, w: torch.Tensor,
+                       config: TileConfig | None = None, num_sms: int | None = None):
+    """:func:`~helpers.kernels.moe.grouped.grouped_matmul` through the TMA: ``a[r] @ w[e]``
+    for each expert's rows of the sorted ``a`` ``(R, K)``; ``w`` is ``(E, K, N)`` (or its
+    transposed view); returns ``(R, N)``. ``config`` defaults to the first of
+    :data:`TMA_SPACE` (the interpreter's small tile in CPU mode)."""
+    why = usable(a, w)
+    if why is not None:
+        raise ValueError(f"grouped_matmul_tma: {why}; use grouped_matmul (cp.async) instead")
+    R, (E, K, N) = a.shape[0], w.shape
+    c = torch.empty((R, N), device=a.device, dtype=a.dtype)
+    if R == 0:
+        return c
+    config = TileConfig.of(config or (CPU_CONFIG if runtime.is_cpu() else TMA_SPACE[0]))
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    a_desc = TensorDescriptor(a, [R, K], [a.stride(0), 1], [bm, bk])
+    b_t = _transposed(w)
+    if b_t:      # the (E N, K) matrix underneath, a box of BLOCK_N x BLOCK_K
+        b_desc = TensorDescriptor(w, [E * N, K], [K, 1], [bn, bk])
+    else:
+        b_desc = TensorDescriptor(w, [E * K, N], [N, 1], [bk, bn])
+    if num_sms is None:
+        num_sms = 4 if runtime.is_cpu() else \
+            torch.cuda.get_device_properties(a.device).multi_processor_count
+    tiles = min(R, R // bm + E) * triton.cdiv(N, bn)
+    grouped_gemm_tma_kernel[(min(num_sms, tiles),)](
+        a_desc, b_desc, c, counts, R, N, K, E, c.stride(0),
+        E_POW2=triton.next_power_of_2(E), B_T=b_t, NUM_SMS=num_sms, **config.as_dict(KEYS))
+    return c

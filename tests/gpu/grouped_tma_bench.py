@@ -1,0 +1,84 @@
+"""The grouped GEMM on sorted rows, cp.async against the TMA against torch._grouped_mm.
+
+A probe, not a test (pytest does not collect it): at the MoE training layer's 8-expert
+shape (T = 4096 tokens, top-2, H = 4096, I = 14336, bf16) the down projection
+(``(R, I) @ (E, I, H)``) and the input gradient (``(R, 2I) @ gate_up^T``, a transposed
+view), then the 128-expert down projection; the routing uniform at random (seeded). Each
+kernel's best setting by do_bench's median (cold L2), its TFLOP/s, and its largest
+difference from torch._grouped_mm's output relative to that output's largest entry.
+
+    python3 tests/gpu/grouped_tma_bench.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from helpers.kernels.moe.grouped import grouped_matmul  # noqa: E402
+from helpers.kernels.moe.grouped_tma import TMA_SPACE, grouped_matmul_tma  # noqa: E402
+
+
+def counts_for(tokens: int, top_k: int, experts: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.rand(tokens, experts, generator=g).topk(top_k, dim=1).indices
+    return torch.bincount(ids.flatten(), minlength=experts).to(torch.int32)
+
+
+def case(name, R_counts, K, N, transposed, seed=0):
+    E = R_counts.numel()
+    R = int(R_counts.sum())
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(R, K, device="cuda", generator=g).to(torch.bfloat16)
+    if transposed:
+        w = (torch.randn(E, N, K, device="cuda", generator=g) / K ** 0.5).to(torch.bfloat16)
+        w = w.transpose(1, 2)
+    else:
+        w = (torch.randn(E, K, N, device="cuda", generator=g) / K ** 0.5).to(torch.bfloat16)
+    counts = R_counts.cuda()
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    flops = 2 * R * K * N
+    want = torch._grouped_mm(a, w, offs=offs)
+    scale = want.float().abs().max().item()
+
+    def report(label, fn):
+        out = fn()
+        err = (out.float() - want.float()).abs().max().item() / scale
+        ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        print(f"  {label:44} {ms:7.3f} ms {flops / ms / 1e9:6.0f} TFLOP/s  err {err:.1e}",
+              flush=True)
+        return ms
+
+    print(f"{name}: R={R} K={K} N={N} E={E}{' (B a transposed view)' if transposed else ''}",
+          flush=True)
+    base = report("torch._grouped_mm", lambda: torch._grouped_mm(a, w, offs=offs))
+    ptr = report("grouped_matmul (cp.async, tuned)", lambda: grouped_matmul(a, counts, w))
+    best = None
+    for cfg in TMA_SPACE:
+        try:
+            ms = report(f"TMA {cfg.describe()}"[:44],
+                        lambda cfg=cfg: grouped_matmul_tma(a, counts, w, cfg))
+        except Exception as err:  # noqa: BLE001 - a setting that does not fit is a result
+            print(f"  TMA {cfg.describe()}: {type(err).__name__}: {str(err)[:100]}", flush=True)
+            continue
+        best = ms if best is None else min(best, ms)
+    if best:
+        print(f"  best TMA vs _grouped_mm {base / best:.3f}x, vs cp.async {ptr / best:.3f}x; "
+              f"cp.async vs _grouped_mm {base / ptr:.3f}x", flush=True)
+
+
+def main() -> None:
+    print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
+    few = counts_for(4096, 2, 8, seed=1)
+    case("E=8 down projection", few, 14336, 4096, transposed=False)
+    case("E=8 input gradient dx", few, 2 * 14336, 4096, transposed=True)
+    case("E=128 down projection", counts_for(8192, 8, 128, seed=2), 768, 2048, transposed=False)
+
+
+if __name__ == "__main__":
+    main()
