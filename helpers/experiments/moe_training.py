@@ -30,6 +30,7 @@ from .. import bench, runtime
 from ..dtypes import torch_dtype
 from ..intensity import expert_flops
 from ..kernels import moe
+from ..kernels.moe import grouped_tma
 from . import experiment
 from .attention import _failure, kernel_table
 from .moe import (
@@ -279,5 +280,7 @@ def moe_training_experiment(smoke: bool = False) -> dict:
         del versions, w
         if runtime.is_gpu():
             torch.cuda.empty_cache()
+    # Which grouped GEMM ran each sorted-row product (TMA or cp.async), as timed per shape.
+    out["grouped_matmul_plans"] = grouped_tma.chosen_plans()
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out
