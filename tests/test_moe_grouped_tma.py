@@ -43,3 +43,32 @@ def test_refusals_name_the_reason():
     assert "one (E, K, N) tensor" in usable(a, torch.randn(2, 64, 64)[:, :, :32])
     with pytest.raises(ValueError, match="use grouped_matmul"):
         grouped_matmul_tma(a, torch.tensor([8, 0], dtype=torch.int32), torch.randn(2, 64, 3))
+
+
+def _weight_grad_loop(a, b, counts):
+    out, start = [], 0
+    for n in counts.tolist():
+        out.append(a[start:start + n].double().T @ b[start:start + n].double())
+        start += n
+    return torch.stack(out)
+
+
+def test_weight_grad_matches_a_loop_and_keeps_the_next_experts_rows_out():
+    from helpers.kernels.moe.grouped_tma import grouped_weight_grad_tma
+
+    g = torch.Generator().manual_seed(4)
+    counts = torch.tensor([5, 0, 37, 32, 1], dtype=torch.int32)   # partial, none, whole
+    R = int(counts.sum())
+    a, b = torch.randn(R, 48, generator=g), torch.randn(R, 40, generator=g)
+    b[5:] = torch.where(torch.arange(R - 5)[:, None] % 7 == 0, float("nan"), b[5:])
+    b[5 + 37:5 + 37 + 32] = torch.randn(32, 40, generator=g)       # expert 3 clean, NaN elsewhere
+    offsets = torch.zeros(counts.numel() + 1, dtype=torch.long)
+    offsets[1:] = torch.cumsum(counts, 0)
+    got = grouped_weight_grad_tma(a.to(DEVICE), b.to(DEVICE), offsets.to(DEVICE), 5).cpu()
+    want = _weight_grad_loop(a, b, counts)
+    assert (got[1] == 0).all(), "an expert with no rows has a zero gradient"
+    # Expert 0's last box reaches expert 2's rows, which hold NaNs: none may get in.
+    for e in (0, 3, 4):
+        torch.testing.assert_close(got[e].double(), want[e], rtol=2e-3, atol=2e-3)
+    with pytest.raises(ValueError, match="use grouped_weight_grad"):
+        grouped_weight_grad_tma(a[:, ::2], b, offsets, 5)

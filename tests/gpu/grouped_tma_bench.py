@@ -5,7 +5,9 @@ shape (T = 4096 tokens, top-2, H = 4096, I = 14336, bf16) the down projection
 (``(R, I) @ (E, I, H)``) and the input gradient (``(R, 2I) @ gate_up^T``, a transposed
 view), then the 128-expert down projection; the routing uniform at random (seeded). Each
 kernel's best setting by do_bench's median (cold L2), its TFLOP/s, and its largest
-difference from torch._grouped_mm's output relative to that output's largest entry.
+difference from torch._grouped_mm's output relative to that output's largest entry. Then
+the two weight gradients (a reduction over each expert's rows), against a small fixed
+setting of the pointer kernel.
 
     python3 tests/gpu/grouped_tma_bench.py
 """
@@ -21,7 +23,13 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from helpers.kernels.moe.grouped import grouped_matmul  # noqa: E402
-from helpers.kernels.moe.grouped_tma import TMA_SPACE, grouped_matmul_tma  # noqa: E402
+from helpers.kernels.moe.backward import grouped_weight_grad  # noqa: E402
+from helpers.kernels.moe.grouped_tma import (  # noqa: E402
+    TMA_SPACE,
+    WEIGHT_GRAD_TMA_SPACE,
+    grouped_matmul_tma,
+    grouped_weight_grad_tma,
+)
 
 
 def counts_for(tokens: int, top_k: int, experts: int, seed: int) -> torch.Tensor:
@@ -72,12 +80,46 @@ def case(name, R_counts, K, N, transposed, seed=0):
               f"cp.async vs _grouped_mm {base / ptr:.3f}x", flush=True)
 
 
+def wgrad_case(name, R_counts, M, N, seed=0):
+    """The weight gradient ``C[e] = A_e^T @ B_e`` (reduction over each expert's rows)."""
+    E, R = R_counts.numel(), int(R_counts.sum())
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(R, M, device="cuda", generator=g).to(torch.bfloat16)
+    b = (torch.randn(R, N, device="cuda", generator=g) / R ** 0.5).to(torch.bfloat16)
+    counts = R_counts.cuda()
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long, device="cuda"), offs.long()])
+    flops = 2 * R * M * N
+    want = grouped_weight_grad(a, b, offsets, E, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32,
+                                                  "GROUP_M": 8, "num_warps": 4,
+                                                  "num_stages": 3})
+    scale = want.float().abs().max().item()
+    print(f"{name}: R={R} M={M} N={N} E={E}", flush=True)
+    times = {}
+    fns = {"torch._grouped_mm (A^T, B, offs)": lambda: torch._grouped_mm(a.t(), b, offs=offs),
+           "grouped_weight_grad (cp.async, tuned)": lambda: grouped_weight_grad(a, b, offsets, E),
+           **{f"TMA {c.describe()}"[:44]: (lambda c=c: grouped_weight_grad_tma(a, b, offsets, E, c))
+              for c in WEIGHT_GRAD_TMA_SPACE}}
+    for label, fn in fns.items():
+        try:
+            out = fn()
+            err = (out.float() - want.float()).abs().max().item() / scale
+            times[label] = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        except Exception as e:  # noqa: BLE001 - a refusal is a result
+            print(f"  {label}: {type(e).__name__}: {str(e)[:100]}", flush=True)
+            continue
+        print(f"  {label:44} {times[label]:7.3f} ms {flops / times[label] / 1e9:6.0f} TFLOP/s  "
+              f"err {err:.1e}", flush=True)
+
+
 def main() -> None:
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
     few = counts_for(4096, 2, 8, seed=1)
     case("E=8 down projection", few, 14336, 4096, transposed=False)
     case("E=8 input gradient dx", few, 2 * 14336, 4096, transposed=True)
     case("E=128 down projection", counts_for(8192, 8, 128, seed=2), 768, 2048, transposed=False)
+    wgrad_case("E=8 gate_up weight gradient", few, 4096, 2 * 14336)
+    wgrad_case("E=8 down weight gradient", few, 14336, 4096)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,47 @@ def grouped_gemm_tma_kernel(a_desc, b_desc, c_ptr, counts_ptr, R, N, K, E, strid
                      mask=(offs_m[:, None] < end) & (offs_n[None, :] < N))
 
 
+@triton.jit
+def weight_grad_tma_kernel(a_desc, b_desc, c_ptr, offsets_ptr, M, N, E,
+                           stride_ce, stride_cm,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """``C[e] = A_e^T @ B_e`` (``M x N`` an expert), the reduction over expert ``e``'s
+    sorted rows ``offsets[e] : offsets[e + 1]`` of ``A`` ``(R, M)`` and ``B`` ``(R, N)``,
+    one program a tile of one expert's ``C`` (the backward's weight gradients,
+    :func:`helpers.kernels.moe.backward.grouped_weight_grad`).
+
+    Whole boxes of ``BLOCK_K`` rows go straight from shared memory to the tensor cores;
+    the last, partial box of an expert reaches into the next expert's rows, which would
+    add to this gradient: that one box is zeroed past ``end`` in registers (both operands,
+    so that nothing of the other expert's rows, not even a NaN, gets in).
+    """
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(axis=0)
+    expert = pid // (tiles_m * tiles_n)
+    pid_m, pid_n = grouped_tile(pid % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP_M)
+    start = tl.load(offsets_ptr + expert).to(tl.int32)
+    end = tl.load(offsets_ptr + expert + 1).to(tl.int32)
+    row0, col0 = pid_m * BLOCK_M, pid_n * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    whole_end = start + (end - start) // BLOCK_K * BLOCK_K
+    for r0 in range(start, whole_end, BLOCK_K):
+        a = a_desc.load([r0, row0])               # BLOCK_K rows x BLOCK_M features
+        b = b_desc.load([r0, col0])
+        acc = tl.dot(a.T, b, acc)
+    if whole_end < end:
+        valid = (whole_end + tl.arange(0, BLOCK_K)) < end
+        a = tl.where(valid[:, None], a_desc.load([whole_end, row0]), 0.0)
+        b = tl.where(valid[:, None], b_desc.load([whole_end, col0]), 0.0)
+        acc = tl.dot(a.T, b, acc)
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_n = col0 + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + expert.to(tl.int64) * stride_ce + offs_m.to(tl.int64)[:, None] * stride_cm \
+        + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
 # The candidates, the pointer kernel's large tiles (the TMA pays on large tiles).
 TMA_SPACE = [
     TileConfig(128, 256, 64, num_warps=8, num_stages=3),
@@ -133,6 +174,46 @@ def grouped_matmul_tma(a: torch.Tensor, counts: torch.Tensor, w: torch.Tensor,
     grouped_gemm_tma_kernel[(min(num_sms, tiles),)](
         a_desc, b_desc, c, counts, R, N, K, E, c.stride(0),
         E_POW2=triton.next_power_of_2(E), B_T=b_t, NUM_SMS=num_sms, **config.as_dict(KEYS))
+    return c
+
+
+WEIGHT_GRAD_TMA_SPACE = [
+    TileConfig(128, 128, 64, num_warps=8, num_stages=3),
+    TileConfig(128, 256, 64, num_warps=8, num_stages=3),
+    TileConfig(128, 128, 64, num_warps=4, num_stages=4),
+    TileConfig(128, 128, 32, num_warps=4, num_stages=5),
+]
+
+
+def rows_usable(*ts: torch.Tensor) -> str | None:
+    """``None`` where the TMA can read each ``(R, *)`` matrix as it is; otherwise why not."""
+    for t in ts:
+        if t.dim() != 2 or t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 \
+                or t.data_ptr() % 16:
+            return "a matrix's rows are not contiguous whole 16-byte pieces"
+    return None
+
+
+def grouped_weight_grad_tma(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor,
+                            experts: int, config: TileConfig | None = None):
+    """:func:`~helpers.kernels.moe.backward.grouped_weight_grad` through the TMA: ``C[e] =
+    A_e^T @ B_e`` over expert ``e``'s sorted rows of ``a`` ``(R, M)`` and ``b`` ``(R, N)``;
+    returns ``(E, M, N)`` in ``a``'s dtype, zeros for an expert with no rows."""
+    why = rows_usable(a, b)
+    if why is not None:
+        raise ValueError(f"grouped_weight_grad_tma: {why}; use grouped_weight_grad instead")
+    (R, M), N = a.shape, b.shape[1]
+    if b.shape[0] != R:
+        raise ValueError(f"a and b must have one row per sorted copy; got {R} and {b.shape[0]}")
+    c = torch.empty((experts, M, N), device=a.device, dtype=a.dtype)
+    config = TileConfig.of(config or (CPU_CONFIG if runtime.is_cpu()
+                                      else WEIGHT_GRAD_TMA_SPACE[0]))
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    a_desc = TensorDescriptor(a, [R, M], [a.stride(0), 1], [bk, bm])
+    b_desc = TensorDescriptor(b, [R, N], [b.stride(0), 1], [bk, bn])
+    grid = (experts * triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    weight_grad_tma_kernel[grid](a_desc, b_desc, c, offsets, M, N, experts, c.stride(0),
+                                 c.stride(1), **config.as_dict(KEYS))
     return c
 
 
