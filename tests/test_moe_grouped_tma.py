@@ -72,3 +72,32 @@ def test_weight_grad_matches_a_loop_and_keeps_the_next_experts_rows_out():
         torch.testing.assert_close(got[e].double(), want[e], rtol=2e-3, atol=2e-3)
     with pytest.raises(ValueError, match="use grouped_weight_grad"):
         grouped_weight_grad_tma(a[:, ::2], b, offsets, 5)
+
+
+@pytest.mark.parametrize("variant", ["gather", "gather, transposed view", "swiglu"])
+def test_gathering_kernel_matches_a_loop(variant):
+    from helpers.kernels.moe.grouped_tma import grouped_gather_tma
+
+    g = torch.Generator().manual_seed(5)
+    counts = torch.tensor([5, 0, 37, 16, 1], dtype=torch.int32)
+    E, R, T, K, N = counts.numel(), int(counts.sum()), 23, 40, 48
+    x = torch.randn(T, K, generator=g)
+    rows = torch.randint(0, T, (R,), generator=g, dtype=torch.int32)
+    xs = x[rows.long()]
+    pre = None
+    if variant == "swiglu":
+        w = torch.randn(E, K, 2 * N, generator=g)
+        pre = torch.empty(R, 2 * N)
+        gate, up = _loop(xs, counts, w[..., :N]), _loop(xs, counts, w[..., N:])
+        want = torch.nn.functional.silu(gate) * up
+    else:
+        w = torch.randn(E, N, K, generator=g).transpose(1, 2) if "transposed" in variant \
+            else torch.randn(E, K, N, generator=g)
+        want = _loop(xs, counts, w)
+    pre_dev = pre.to(DEVICE) if pre is not None else None
+    got = grouped_gather_tma(x.to(DEVICE), rows.to(DEVICE), counts.to(DEVICE), w.to(DEVICE),
+                             swiglu=variant == "swiglu", pre=pre_dev)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=2e-3, atol=2e-3)
+    if pre is not None:
+        torch.testing.assert_close(pre_dev.cpu().double(), torch.cat([gate, up], dim=1),
+                                   rtol=2e-3, atol=2e-3)

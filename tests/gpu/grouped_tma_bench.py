@@ -24,8 +24,12 @@ import triton  # noqa: E402
 
 from helpers.kernels.moe.grouped import grouped_matmul  # noqa: E402
 from helpers.kernels.moe.backward import grouped_weight_grad  # noqa: E402
+from helpers.kernels.moe.grouped import grouped_gather_matmul, grouped_swiglu  # noqa: E402
 from helpers.kernels.moe.grouped_tma import (  # noqa: E402
+    GATHER_TMA_SPACE,
+    SWIGLU_TMA_SPACE,
     TMA_SPACE,
+    grouped_gather_tma,
     WEIGHT_GRAD_TMA_SPACE,
     grouped_matmul_tma,
     grouped_weight_grad_tma,
@@ -112,12 +116,51 @@ def wgrad_case(name, R_counts, M, N, seed=0):
               f"err {err:.1e}", flush=True)
 
 
+def gather_case(name, R_counts, T, K, N, swiglu, seed=0):
+    """Rows gathered from the tokens: the forward's fused SwiGLU on gate_up (E, K, 2N),
+    or the backward's ``dout[rows] @ Wd^T`` (a transposed view)."""
+    E, R = R_counts.numel(), int(R_counts.sum())
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(T, K, device="cuda", generator=g).to(torch.bfloat16)
+    rows = torch.randint(0, T, (R,), device="cuda", generator=g, dtype=torch.int32)
+    counts = R_counts.cuda()
+    if swiglu:
+        w = (torch.randn(E, K, 2 * N, device="cuda", generator=g) / K ** 0.5).to(torch.bfloat16)
+        gate, up = w[..., :N], w[..., N:]
+        pre = torch.empty(R, 2 * N, device="cuda", dtype=torch.bfloat16)
+        base = lambda: grouped_swiglu(x, rows, counts, gate, up, pre=pre)          # noqa: E731
+        space, flops = SWIGLU_TMA_SPACE, 4 * R * K * N
+        tma = lambda c: grouped_gather_tma(x, rows, counts, w, c, swiglu=True, pre=pre)  # noqa: E731
+    else:
+        w = (torch.randn(E, N, K, device="cuda", generator=g) / K ** 0.5).to(torch.bfloat16)
+        w = w.transpose(1, 2)
+        base = lambda: grouped_gather_matmul(x, rows, counts, w)                   # noqa: E731
+        space, flops = GATHER_TMA_SPACE, 2 * R * K * N
+        tma = lambda c: grouped_gather_tma(x, rows, counts, w, c)                  # noqa: E731
+    want = base().float()
+    scale = want.abs().max().item()
+    print(f"{name}: R={R} K={K} N={N} E={E}", flush=True)
+    fns = {"cp.async (tuned)": base, **{f"TMA B {c.describe()}"[:44]: (lambda c=c: tma(c))
+                                        for c in space}}
+    for label, fn in fns.items():
+        try:
+            err = (fn().float() - want).abs().max().item() / scale
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        except Exception as e:  # noqa: BLE001 - a refusal is a result
+            print(f"  {label}: {type(e).__name__}: {str(e)[:100]}", flush=True)
+            continue
+        print(f"  {label:44} {ms:7.3f} ms {flops / ms / 1e9:6.0f} TFLOP/s  err {err:.1e}",
+              flush=True)
+
+
 def main() -> None:
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
     few = counts_for(4096, 2, 8, seed=1)
     case("E=8 down projection", few, 14336, 4096, transposed=False)
     case("E=8 input gradient dx", few, 2 * 14336, 4096, transposed=True)
     case("E=128 down projection", counts_for(8192, 8, 128, seed=2), 768, 2048, transposed=False)
+    gather_case("E=8 gate and up, fused SwiGLU (forward)", few, 4096, 4096, 14336, swiglu=True)
+    gather_case("E=8 dout @ Wd^T (backward)", few, 4096, 4096, 14336, swiglu=False)
     wgrad_case("E=8 gate_up weight gradient", few, 4096, 2 * 14336)
     wgrad_case("E=8 down weight gradient", few, 14336, 4096)
 

@@ -109,6 +109,62 @@ def weight_grad_tma_kernel(a_desc, b_desc, c_ptr, offsets_ptr, M, N, E,
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+@triton.jit
+def grouped_gather_tma_kernel(a_ptr, rows_ptr, b_desc, c_ptr, pre_ptr, counts_ptr, R, N, K, E,
+                              stride_am, stride_cm, E_POW2: tl.constexpr,
+                              SWIGLU: tl.constexpr, SAVE_PRE: tl.constexpr, B_T: tl.constexpr,
+                              EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                              GROUP_M: tl.constexpr):
+    """``C[r] = A[rows[r]] @ B[e]``: rows of A gathered through pointers (the TMA of this
+    GPU reads boxes, not lists of rows), the weights through the TMA.
+
+    With ``SWIGLU`` the weights are the training layer's ``gate_up`` ``(E, K, 2N)``, one
+    matrix ``(E K, 2N)`` to the TMA: the gate's box at column ``col``, the up's at ``N +
+    col``, and ``C[r] = silu(gate) * up``; with ``SAVE_PRE`` both projections are stored in
+    ``pre`` (``R x 2N``) too. ``B_T``: the weights are a transposed view, described as the
+    ``(E N, K)`` matrix underneath (the backward's ``dout @ Wd^T``). Past ``K`` A's columns
+    load as zeros, so B's rows of the next expert that a last box reaches add nothing.
+    """
+    max_tiles_m = tl.minimum(R, R // BLOCK_M + E)
+    pid_m, pid_n = grouped_tile(tl.program_id(axis=0), max_tiles_m, tl.cdiv(N, BLOCK_N),
+                                GROUP_M)
+    expert, start, end = expert_of_tile(pid_m, counts_ptr, E, E_POW2, BLOCK_M)
+    if start >= end:
+        return
+    offs_m = start + tl.arange(0, BLOCK_M)
+    real = offs_m < end
+    src = tl.load(rows_ptr + tl.where(real, offs_m, start))     # padding re-reads a real row
+    col = pid_n * BLOCK_N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + src.to(tl.int64)[:, None] * stride_am + offs_k[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k, other=0.0)
+        if B_T:
+            b = b_desc.load([expert * N + col, k]).T
+        else:
+            b = b_desc.load([expert * K + k, col])
+        acc = tl.dot(a, b, acc)
+        if SWIGLU:
+            acc2 = tl.dot(a, b_desc.load([expert * K + k, N + col]), acc2)
+        a_ptrs += BLOCK_K
+    offs_n = col + tl.arange(0, BLOCK_N)
+    keep = real[:, None] & (offs_n[None, :] < N)
+    if SAVE_PRE:
+        pre_ptrs = pre_ptr + offs_m.to(tl.int64)[:, None] * (2 * N) + offs_n[None, :]
+        tl.store(pre_ptrs, acc.to(pre_ptr.dtype.element_ty), mask=keep)
+        tl.store(pre_ptrs + N, acc2.to(pre_ptr.dtype.element_ty), mask=keep)
+    if SWIGLU:
+        acc = acc * tl.sigmoid(acc) * acc2
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=keep)
+
+
 # The candidates, the pointer kernel's large tiles (the TMA pays on large tiles).
 TMA_SPACE = [
     TileConfig(128, 256, 64, num_warps=8, num_stages=3),
@@ -214,6 +270,64 @@ def grouped_weight_grad_tma(a: torch.Tensor, b: torch.Tensor, offsets: torch.Ten
     grid = (experts * triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     weight_grad_tma_kernel[grid](a_desc, b_desc, c, offsets, M, N, experts, c.stride(0),
                                  c.stride(1), **config.as_dict(KEYS))
+    return c
+
+
+GATHER_TMA_SPACE = [
+    TileConfig(128, 256, 64, num_warps=8, num_stages=3),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=4),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=16),
+    TileConfig(128, 128, 64, num_warps=4, num_stages=4),
+]
+SWIGLU_TMA_SPACE = [
+    TileConfig(128, 128, 64, num_warps=8, num_stages=3),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=4),
+    TileConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=16),
+    TileConfig(128, 64, 64, num_warps=4, num_stages=4),
+]
+
+
+def grouped_gather_tma(x: torch.Tensor, rows: torch.Tensor, counts: torch.Tensor,
+                       w: torch.Tensor, config: TileConfig | None = None, *,
+                       swiglu: bool = False, pre: torch.Tensor | None = None):
+    """``x[rows[r]] @ w[e]`` for each expert's sorted rows, the weights through the TMA:
+    :func:`~helpers.kernels.moe.grouped.grouped_gather_matmul` (``w`` ``(E, K, N)`` or its
+    transposed view) or, with ``swiglu``, the training layer's fused
+    :func:`~helpers.kernels.moe.grouped.grouped_swiglu` on ``w`` = ``gate_up`` ``(E, K,
+    2N)`` (contiguous), returning ``silu(x @ gate) * (x @ up)`` ``(R, N)`` and storing both
+    projections in ``pre`` ``(R, 2N)`` if given."""
+    if x.stride(1) != 1:
+        raise ValueError("grouped_gather_tma: x's rows must be contiguous")
+    E, K, N = w.shape
+    if swiglu:
+        N //= 2
+        if not w.is_contiguous() or N * 2 != w.shape[2]:
+            raise ValueError("grouped_gather_tma(swiglu=True) takes gate_up (E, K, 2N), "
+                             "contiguous; use grouped_swiglu otherwise")
+        b_t = False
+    else:
+        why = usable(x, w)
+        if why is not None:
+            raise ValueError(f"grouped_gather_tma: {why}; use grouped_gather_matmul instead")
+        b_t = _transposed(w)
+    if (w.shape[2] if not b_t else K) * w.element_size() % 16:
+        raise ValueError("grouped_gather_tma: the weights' rows are not whole 16-byte pieces")
+    R = rows.numel()
+    c = torch.empty((R, N), device=x.device, dtype=x.dtype)
+    if R == 0:
+        return c
+    space = SWIGLU_TMA_SPACE if swiglu else GATHER_TMA_SPACE
+    config = TileConfig.of(config or (CPU_CONFIG if runtime.is_cpu() else space[0]))
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    if b_t:
+        b_desc = TensorDescriptor(w, [E * N, K], [K, 1], [bn, bk])
+    else:
+        b_desc = TensorDescriptor(w, [E * K, w.shape[2]], [w.shape[2], 1], [bk, bn])
+    grid = (min(R, R // bm + E) * triton.cdiv(N, bn),)
+    grouped_gather_tma_kernel[grid](
+        x, rows, b_desc, c, pre if pre is not None else c, counts, R, N, K, E, x.stride(0),
+        c.stride(0), E_POW2=triton.next_power_of_2(E), SWIGLU=swiglu,
+        SAVE_PRE=pre is not None, B_T=b_t, EVEN_K=K % bk == 0, **config.as_dict(KEYS))
     return c
 
 
