@@ -15,7 +15,8 @@ by path, in isolated mode, never importing helpers) whose environment has
 helpers it calls, compiles, and answers in JSON.
 
 * :func:`resources`: compile ``kernel`` with its constexprs and launch options ->
-  :class:`Resources` (or the compiler's error in ``error``);
+  :class:`Resources` (or the compiler's error in ``error``); :func:`resources_many`: several
+  settings of one kernel, compiled in one process;
 * :func:`occupancy`: how many programs fit on one SM, and which limit binds (Triton's
   tutorial 02, "fused softmax", computes it the same way).
 
@@ -269,24 +270,44 @@ def resources(kernel, *, signature: dict, constexprs: dict, num_warps: int = 4,
     ``tl.constexpr`` arguments. A kernel that does not compile, or asks for more shared
     memory than one program may have on that GPU, comes back with ``error`` set.
     """
-    lim = limits(capability)
+    (found,) = resources_many(kernel, [dict(signature=signature, constexprs=constexprs,
+                                            num_warps=num_warps, num_stages=num_stages,
+                                            capability=capability)])
+    return found
+
+
+def resources_many(kernel, calls: list[dict]) -> list[Resources]:
+    """:func:`resources` of ``kernel`` for each of ``calls`` (each the keyword arguments of
+    one :func:`resources` call), in order. Those not in the cache are compiled one after
+    another in one compiling process: its first kernel pays for starting the compiler
+    (about half a second), the others do not. Each still gets a cache of its own, so
+    ptxas runs for every one and tells its spills."""
+    requests = [_request(kernel, **call) for call in calls]
+    todo = {key: job for key, job in requests if key not in _cache}
+    for (key, job), got in zip(todo.items(), _compile_elsewhere(list(todo.values()))):
+        lim = limits(job["capability"])
+        shared = got.get("shared_bytes")
+        if got.get("error") is None and shared is not None and shared > lim["smem_per_block"]:
+            got["error"] = (f"out of resource: shared memory, Required: {shared}, Hardware "
+                            f"limit: {lim['smem_per_block']} (sm_{job['capability']}: one "
+                            "program may use all of an SM's shared memory but 1 KiB). Reducing "
+                            "block sizes or num_stages may help")
+        _cache[key] = Resources(kernel=job["kernel"], capability=job["capability"],
+                                num_warps=job["num_warps"], num_stages=job["num_stages"], **got)
+    return [_cache[key] for key, _ in requests]
+
+
+def _request(kernel, *, signature: dict, constexprs: dict, num_warps: int = 4,
+             num_stages: int = 3, capability: int = 90) -> tuple[str, dict]:
+    """The compiling process's job for one :func:`resources` call, and its cache key."""
+    limits(capability)
     sig, consts, aligned = _specialize(kernel, signature, constexprs)
     text, name = _module_text(kernel)
     job = {"source": text, "kernel": name, "signature": sig, "constexprs": consts,
            "aligned": aligned, "num_warps": int(num_warps), "num_stages": int(num_stages),
            "capability": int(capability)}
     key = hashlib.sha256(json.dumps(job, sort_keys=True, default=repr).encode()).hexdigest()
-    if key not in _cache:
-        got = _compile_elsewhere(job)
-        shared = got.get("shared_bytes")
-        if got.get("error") is None and shared is not None and shared > lim["smem_per_block"]:
-            got["error"] = (f"out of resource: shared memory, Required: {shared}, Hardware "
-                            f"limit: {lim['smem_per_block']} (sm_{capability}: one program "
-                            "may use all of an SM's shared memory but 1 KiB). Reducing block "
-                            "sizes or num_stages may help")
-        _cache[key] = Resources(kernel=name, capability=int(capability), num_warps=int(num_warps),
-                                num_stages=int(num_stages), **got)
-    return _cache[key]
+    return key, job
 
 
 def matmul_resources(kernel, config: dict, *, constexprs: dict | None = None, n: int = 4096,
@@ -297,8 +318,16 @@ def matmul_resources(kernel, config: dict, *, constexprs: dict | None = None, n:
     the strides of A, B and C (the course's signature): the strides of 1 become constants
     and the others multiples of 16, as a launch specializes them. ``config`` holds the
     constexprs (``BLOCK_M``, ...) and ``num_warps``, ``num_stages``; ``constexprs`` any
-    others the kernel takes (``GROUP_M``).
+    others the kernel takes (``GROUP_M``). :func:`matmul_call` gives the arguments, for
+    :func:`resources_many`.
     """
+    return resources(kernel, **matmul_call(kernel, config, constexprs=constexprs, n=n,
+                                           dtype=dtype, capability=capability))
+
+
+def matmul_call(kernel, config: dict, *, constexprs: dict | None = None, n: int = 4096,
+                dtype: str = "fp16", capability: int = 90) -> dict:
+    """The keyword arguments of :func:`resources` that :func:`matmul_resources` passes."""
     fn = _python_function(kernel)
     params = [p for p, v in inspect.signature(fn).parameters.items()
               if "constexpr" not in str(v.annotation)]
@@ -307,27 +336,30 @@ def matmul_resources(kernel, config: dict, *, constexprs: dict | None = None, n:
     signature.update(zip(params[3:], ints))
     options = {k: v for k, v in config.items() if k in ("num_warps", "num_stages")}
     consts = {**(constexprs or {}), **{k: v for k, v in config.items() if k not in options}}
-    return resources(kernel, signature=signature, constexprs=consts, capability=capability,
-                     **options)
+    return dict(signature=signature, constexprs=consts, capability=capability, **options)
 
 
-def _compile_elsewhere(job: dict) -> dict:
+def _compile_elsewhere(jobs: list[dict]) -> list[dict]:
+    """Each job's answer, from one compiling process that takes them in turn."""
+    if not jobs:
+        return []
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_MODE", "TRITON_INTERPRET")}
     env["TRITON_INTERPRET"] = "0"
     with tempfile.TemporaryDirectory(prefix="course-compile-") as tmp:
-        # A private cache: a cached kernel skips ptxas, whose log tells the spills.
-        env["TRITON_CACHE_DIR"] = os.path.join(tmp, "cache")
         done = subprocess.run([sys.executable, "-I", os.path.abspath(__file__), tmp],
-                              input=json.dumps(job), capture_output=True, text=True, env=env,
-                              timeout=TIMEOUT_S, cwd=tmp)
+                              input=json.dumps(jobs), capture_output=True, text=True, env=env,
+                              timeout=TIMEOUT_S * len(jobs), cwd=tmp)
     answer = done.stdout.strip().splitlines()[-1:] if done.stdout else []
     try:
         got = json.loads(answer[0])
     except (IndexError, ValueError):
+        got = None
+    if not isinstance(got, list) or len(got) != len(jobs):
         raise CompileToolError("the compiling process failed: "
-                               + (done.stderr.strip()[-800:] or f"exit {done.returncode}")) from None
-    if "tool_error" in got:
-        raise CompileToolError(got["tool_error"])
+                               + (done.stderr.strip()[-800:] or f"exit {done.returncode}"))
+    for one in got:
+        if "tool_error" in one:
+            raise CompileToolError(one["tool_error"])
     return got
 
 
@@ -392,12 +424,18 @@ def _work(job: dict, folder: str) -> dict:
 
 
 def _main() -> None:
-    job = json.loads(sys.stdin.read())
-    try:
-        answer = _work(job, sys.argv[1])
-    except CompileToolError as err:
-        answer = {"tool_error": str(err)}
-    print(json.dumps(answer))
+    answers = []
+    for i, job in enumerate(json.loads(sys.stdin.read())):
+        folder = os.path.join(sys.argv[1], str(i))
+        os.makedirs(folder)
+        # A private cache for each kernel: a cached kernel skips ptxas, whose log tells the
+        # spills (Triton reads the variable at each compile).
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "cache")
+        try:
+            answers.append(_work(job, folder))
+        except CompileToolError as err:
+            answers.append({"tool_error": str(err)})
+    print(json.dumps(answers))
 
 
 if __name__ == "__main__":
