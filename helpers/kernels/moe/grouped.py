@@ -37,35 +37,10 @@ import triton
 import triton.language as tl
 
 from ... import runtime
-from ..matmul.config import TILE_KEYS, TileConfig
+from ..matmul.config import TileConfig
 from ..matmul.ladder import grouped_tile
-
-# --------------------------------------------------------------------------------------
-# Which tile belongs to which expert.
-# --------------------------------------------------------------------------------------
-
-
-@triton.jit
-def expert_of_tile(tile, counts_ptr, E, E_POW2: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Row tile ``tile`` of the grouped problem: its expert and its rows ``[start, end)``.
-
-    Expert ``e`` owns ``cdiv(counts[e], BLOCK_M)`` consecutive row tiles; the tiles of
-    the experts before it come first. A tile past the last real one gets ``start >=
-    end`` (its program has nothing to do).
-    """
-    e = tl.arange(0, E_POW2)
-    counts = tl.load(counts_ptr + e, mask=e < E, other=0)
-    tiles = (counts + BLOCK_M - 1) // BLOCK_M            # 0 for an expert with no rows
-    tiles_end = tl.cumsum(tiles, axis=0)                  # first tile *after* expert e
-    expert = tl.sum((tiles_end <= tile).to(tl.int32), axis=0)
-    before = e < expert
-    first_tile = tl.sum(tl.where(before, tiles, 0), axis=0)
-    expert_start = tl.sum(tl.where(before, counts, 0), axis=0)     # = offsets[expert]
-    expert_rows = tl.sum(tl.where(e == expert, counts, 0), axis=0)
-    start = expert_start + (tile - first_tile) * BLOCK_M
-    end = expert_start + expert_rows
-    return expert, start, end
-
+from . import grouped_tma
+from .tiles import KEYS, bucket, expert_of_tile
 
 @triton.jit
 def grouped_gemm_kernel(a_ptr, rows_ptr, b_ptr, b2_ptr, c_ptr, pre_ptr, counts_ptr, R, N, K, E,
@@ -162,8 +137,6 @@ def combine_kernel(y_ptr, position_ptr, weight_ptr, out_ptr, T, H, TOP_K,
 # Settings: tuned per shape on a GPU, one small one in the interpreter.
 # --------------------------------------------------------------------------------------
 
-# How a setting of the grouped GEMM is named: lesson 04's tile and order, warps, stages.
-KEYS = (*TILE_KEYS, "num_warps", "num_stages")
 
 
 # GROUP_M = 16 variants of the big tiles: on the 8-expert shape (4,096 tokens, H100) they
@@ -198,10 +171,6 @@ MATMUL_SPACE = [
     TileConfig(16, 64, 128, num_warps=4, num_stages=4),
 ]
 CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
-
-
-def bucket(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
 
 
 def _triton_configs(space) -> list:
@@ -276,8 +245,6 @@ def grouped_matmul(a, counts, w, config: TileConfig | None = None):
     """``a[r] @ w[e]`` for each expert's rows of the sorted ``a`` (``(R, K)``); ``w`` is
     ``(E, K, N)``; returns ``(R, N)``. Untuned (``config=None``) on a Hopper GPU, the
     TMA-fed kernel of :mod:`.grouped_tma` runs where it measured faster for the shape."""
-    from . import grouped_tma       # it builds on this module's pieces
-
     def pointer_kernel():
         return _launch(a, None, w, None, counts, config, grouped_matmul_tuned)
 

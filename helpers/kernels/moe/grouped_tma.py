@@ -21,7 +21,7 @@ through Hopper's Tensor Memory Accelerator, as in lesson 07's persistent matmul
   past the expert's end would overwrite the next expert's rows.
 
 One program per SM walks the tiles (``tile``, ``tile + NUM_SMS``, ...), skipping the tiles
-past the last real one, with :func:`~helpers.kernels.moe.grouped.expert_of_tile`'s
+past the last real one, with :func:`~helpers.kernels.moe.tiles.expert_of_tile`'s
 arithmetic. The TMA needs 16-byte aligned rows: :func:`usable` says when it applies.
 """
 
@@ -37,7 +37,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ... import runtime
 from ..matmul.config import TileConfig
 from ..matmul.ladder import grouped_tile
-from .grouped import KEYS, bucket, expert_of_tile
+from .tiles import KEYS, bucket, expert_of_tile
 
 
 @triton.jit
