@@ -101,3 +101,38 @@ def test_gathering_kernel_matches_a_loop(variant):
     if pre is not None:
         torch.testing.assert_close(pre_dev.cpu().double(), torch.cat([gate, up], dim=1),
                                    rtol=2e-3, atol=2e-3)
+
+
+def test_the_chooser_times_each_kernel_once_per_key_and_runs_the_fastest(monkeypatch):
+    """The timing is faked (the interpreter has no clock worth reading): the TMA setting
+    says it is fastest, so it runs, and a second call of the same key times nothing."""
+    from helpers.kernels.moe import grouped_tma
+
+    timed = []
+
+    def fake_bench(fn, **_):
+        fn()                                    # every candidate must run
+        timed.append(fn)
+        return 1.0 if getattr(fn, "args", None) and fn.args[3] == grouped_tma.TMA_SPACE[1] \
+            else 2.0
+
+    monkeypatch.setattr(grouped_tma.triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(grouped_tma, "_PLANS", {})
+    monkeypatch.setattr(grouped_tma, "TMA_SPACE", [
+        grouped_tma.CPU_CONFIG, grouped_tma.TileConfig(16, 16, 16, num_warps=4, num_stages=1)])
+    g = torch.Generator().manual_seed(6)
+    counts = torch.tensor([7, 0, 9], dtype=torch.int32)
+    a, w = torch.randn(16, 32, generator=g), torch.randn(3, 32, 16, generator=g)
+    pointer_calls = []
+
+    def pointer_kernel():
+        pointer_calls.append(1)
+        return torch.full((16, 16), float("nan"))
+
+    for _ in range(2):
+        got = grouped_tma.tuned_grouped_matmul(a.to(DEVICE), counts.to(DEVICE), w.to(DEVICE),
+                                              pointer_kernel)
+        torch.testing.assert_close(got.cpu().double(), _loop(a, counts, w), rtol=2e-3, atol=2e-3)
+    assert len(timed) == 3, "the pointer kernel and the two TMA settings, each timed once"
+    assert pointer_calls == [1], "the pointer kernel ran in its trial only"
+    assert list(grouped_tma.chosen_plans().values()) == ["tma 16x16x16 w4 s1"]
