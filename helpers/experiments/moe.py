@@ -44,6 +44,7 @@ from ..dtypes import torch_dtype
 from ..intensity import expert_flops
 from ..kernels import moe
 from ..kernels.moe import grouped as mg
+from ..kernels.moe import grouped_tma
 from ..kernels.moe.routing import HOT_EXPERTS, load_summary, router_logits, skewed_route
 from . import experiment
 from .attention import _failure, kernel_table
@@ -470,5 +471,7 @@ def moe_experiment(smoke: bool = False) -> dict:
         out["device"] = {"name": props.name, "sm_count": props.multi_processor_count}
     for key in cfg["shapes"]:
         _shape_parts(key, cfg, dtype, out)
+    # Which grouped GEMM ran each down projection (TMA or cp.async), as timed per shape.
+    out["grouped_matmul_plans"] = grouped_tma.chosen_plans()
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out
