@@ -117,8 +117,7 @@ def test_the_chooser_times_each_kernel_once_per_key_and_runs_the_fastest(monkeyp
     def fake_bench(fn, **_):
         fn()                                    # every candidate must run
         timed.append(fn)
-        return 1.0 if getattr(fn, "args", None) and fn.args[3] == grouped_tma.TMA_SPACE[1] \
-            else 2.0
+        return 1.0 if getattr(fn, "args", None) == (grouped_tma.TMA_SPACE[1],) else 2.0
 
     monkeypatch.setattr(grouped_tma.triton.testing, "do_bench", fake_bench)
     monkeypatch.setattr(grouped_tma, "_PLANS", {})
@@ -140,3 +139,80 @@ def test_the_chooser_times_each_kernel_once_per_key_and_runs_the_fastest(monkeyp
     assert len(timed) == 3, "the pointer kernel and the two TMA settings, each timed once"
     assert pointer_calls == [1], "the pointer kernel ran in its trial only"
     assert list(grouped_tma.chosen_plans().values()) == ["tma 16x16x16 w4 s1"]
+
+
+def test_gate_and_up_are_recognised_as_halves_of_one_tensor():
+    from helpers.kernels.moe.grouped_tma import fused_gate_up
+    from helpers.kernels.moe.training import split_gate_up
+
+    gate_up = torch.randn(3, 8, 2 * 16)
+    whole = fused_gate_up(*split_gate_up(gate_up))
+    assert whole is not None and whole.data_ptr() == gate_up.data_ptr() and torch.equal(whole, gate_up)
+    assert fused_gate_up(torch.randn(3, 8, 16), torch.randn(3, 8, 16)) is None
+    gate, up = split_gate_up(gate_up)
+    assert fused_gate_up(up, gate) is None, "the halves in the other order are not gate_up"
+
+
+@pytest.mark.parametrize("product", ["weight grad", "gather", "swiglu"])
+def test_the_chooser_runs_each_tma_product_right(monkeypatch, product):
+    """Every product the chooser can send through the TMA gives the loop's answer when
+    its TMA setting is the one timed fastest (faked clock)."""
+    from helpers.kernels.moe import grouped_tma
+
+    monkeypatch.setattr(grouped_tma.triton.testing, "do_bench",
+                        lambda fn, **_: (fn(), 1.0 if getattr(fn, "args", ()) else 2.0)[1])
+    monkeypatch.setattr(grouped_tma, "_PLANS", {})
+    for name in ("WEIGHT_GRAD_TMA_SPACE", "GATHER_TMA_SPACE", "SWIGLU_TMA_SPACE"):
+        monkeypatch.setattr(grouped_tma, name, [grouped_tma.CPU_CONFIG])
+    g = torch.Generator().manual_seed(7)
+    counts = torch.tensor([7, 0, 9], dtype=torch.int32)
+    R, K, N = 16, 32, 16
+
+    def nothing():
+        raise AssertionError("the pointer kernel should not run after its trial")
+
+    calls = []
+
+    def pointer_kernel():
+        calls.append(1)
+        if len(calls) > 1:
+            nothing()
+        return torch.zeros(1)
+
+    if product == "weight grad":
+        a, b = torch.randn(R, K, generator=g), torch.randn(R, N, generator=g)
+        offsets = torch.tensor([0, 7, 7, 16])
+        got = grouped_tma.tuned_weight_grad(a.to(DEVICE), b.to(DEVICE), offsets.to(DEVICE), 3,
+                                            pointer_kernel)
+        torch.testing.assert_close(got.cpu().double(), _weight_grad_loop(a, b, counts), **TOL)
+        return
+    x = torch.randn(11, K, generator=g)
+    rows = torch.randint(0, 11, (R,), generator=g, dtype=torch.int32)
+    w = torch.randn(3, K, 2 * N if product == "swiglu" else N, generator=g)
+    got = grouped_tma.tuned_gather(x.to(DEVICE), rows.to(DEVICE), counts.to(DEVICE),
+                                   w.to(DEVICE), pointer_kernel, swiglu=product == "swiglu")
+    xs = x[rows.long()]
+    want = (torch.nn.functional.silu(_loop(xs, counts, w[..., :N])) * _loop(xs, counts, w[..., N:])
+            if product == "swiglu" else _loop(xs, counts, w))
+    torch.testing.assert_close(got.cpu().double(), want, **TOL)
+
+
+def test_a_tma_setting_that_fails_is_skipped_and_said(monkeypatch):
+    from helpers.kernels.moe import grouped_tma
+
+    monkeypatch.setattr(grouped_tma.triton.testing, "do_bench", lambda fn, **_: (fn(), 1.0)[1])
+    monkeypatch.setattr(grouped_tma, "_PLANS", {})
+    monkeypatch.setattr(grouped_tma, "SKIPPED", {})
+    monkeypatch.setattr(grouped_tma, "TMA_SPACE", [grouped_tma.CPU_CONFIG])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("this setting does not build")
+
+    monkeypatch.setattr(grouped_tma, "grouped_matmul_tma", broken)
+    a, w = torch.randn(16, 32), torch.randn(3, 32, 16)
+    out = grouped_tma.tuned_grouped_matmul(a, torch.tensor([7, 0, 9], dtype=torch.int32), w,
+                                           lambda: torch.ones(16, 16))
+    assert torch.equal(out, torch.ones(16, 16)), "the pointer kernel ran"
+    plans = grouped_tma.chosen_plans()
+    assert "cp.async" in plans.values()
+    assert any("skipped" in k and "does not build" in v for k, v in plans.items())

@@ -48,6 +48,7 @@ import triton.language as tl
 from ... import runtime
 from ..matmul.config import TileConfig
 from ..matmul.ladder import grouped_tile
+from . import grouped_tma
 from .grouped import CPU_CONFIG, KEYS, _triton_configs, bucket, grouped_gather_matmul
 
 # --------------------------------------------------------------------------------------
@@ -241,17 +242,25 @@ def gather_rows(src, rows, scale=None, block_r: int = 16, block_h: int = 256):
 def grouped_weight_grad(a, b, offsets, experts: int, config=None):
     """Step 2: ``C[e] = A_e^T @ B_e`` over expert ``e``'s sorted rows ``offsets[e] :
     offsets[e + 1]`` of ``a`` (``R x M``) and ``b`` (``R x N``): ``(E, M, N)`` in ``a``'s
-    dtype. An expert with no rows gets zeros."""
+    dtype. An expert with no rows gets zeros. Untuned on a Hopper GPU, the rows may come
+    through the TMA instead (:func:`~.grouped_tma.grouped_weight_grad_tma`), where that
+    times faster."""
     (R, M), N = a.shape, b.shape[1]
     if b.shape[0] != R:
         raise ValueError(f"a and b must have one row per sorted copy; got {R} and {b.shape[0]}")
-    c = torch.empty((experts, M, N), device=a.device, dtype=a.dtype)
     extra = _setting(config)
-    kernel = weight_grad_tuned if extra is None else weight_grad_fixed
 
-    def grid(meta):
-        return (experts * triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    def pointer_kernel():
+        c = torch.empty((experts, M, N), device=a.device, dtype=a.dtype)
+        kernel = weight_grad_tuned if extra is None else weight_grad_fixed
 
-    kernel[grid](a, b, c, offsets, M, N, experts, bucket(R), *a.stride(), *b.stride(),
-                 *c.stride(), **(extra or {}))
-    return c
+        def grid(meta):
+            return (experts * triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+
+        kernel[grid](a, b, c, offsets, M, N, experts, bucket(R), *a.stride(), *b.stride(),
+                     *c.stride(), **(extra or {}))
+        return c
+
+    if extra is None and grouped_tma.tma_supported(a) and grouped_tma.rows_usable(a, b) is None:
+        return grouped_tma.tuned_weight_grad(a, b, offsets, experts, pointer_kernel)
+    return pointer_kernel()

@@ -40,7 +40,9 @@ from ... import runtime
 from ..matmul.config import TileConfig
 from ..matmul.ladder import grouped_tile
 from . import grouped_tma
+from .grouped_tma import fused_gate_up
 from .tiles import KEYS, bucket, expert_of_tile
+
 
 @triton.jit
 def grouped_gemm_kernel(a_ptr, rows_ptr, b_ptr, b2_ptr, c_ptr, pre_ptr, counts_ptr, R, N, K, E,
@@ -227,6 +229,9 @@ def grouped_swiglu(x, rows, counts, w_gate, w_up, config: TileConfig | None = No
     ``w_gate`` and ``w_up`` ``(E, H, I)``; returns ``(R, I)``. Inputs are checked by
     :func:`helpers.kernels.moe.experts_forward`, which calls this. Given ``pre``, a
     contiguous ``(R, 2I)`` tensor, the gate and up projections are stored there as well.
+    Untuned on a Hopper GPU, where ``w_gate`` and ``w_up`` are the halves of one
+    ``gate_up`` tensor (the training layer's), the weights may come through the TMA
+    instead (:func:`~.grouped_tma.grouped_gather_tma`), where that times faster.
     """
     if w_gate.shape != w_up.shape or w_gate.stride() != w_up.stride():
         raise ValueError(f"w_gate and w_up must have one shape and one layout (the kernel "
@@ -238,7 +243,15 @@ def grouped_swiglu(x, rows, counts, w_gate, w_up, config: TileConfig | None = No
         raise ValueError(f"pre must be a contiguous {x.dtype} tensor of shape (R, 2I) = "
                          f"{(rows.numel(), 2 * w_gate.shape[2])}; got {tuple(pre.shape)}, "
                          f"{pre.dtype}")
-    return _launch(x, rows, w_gate, w_up, counts, config, grouped_swiglu_tuned, pre)
+    def pointer_kernel():
+        return _launch(x, rows, w_gate, w_up, counts, config, grouped_swiglu_tuned, pre)
+
+    gate_up = fused_gate_up(w_gate, w_up) if config is None else None
+    if gate_up is not None and gate_up.dtype == x.dtype and \
+            grouped_tma.gather_supported(x, gate_up, swiglu=True):
+        return grouped_tma.tuned_gather(x, rows, counts, gate_up, pointer_kernel, swiglu=True,
+                                        pre=pre)
+    return pointer_kernel()
 
 
 def grouped_matmul(a, counts, w, config: TileConfig | None = None):
@@ -256,8 +269,14 @@ def grouped_matmul(a, counts, w, config: TileConfig | None = None):
 def grouped_gather_matmul(x, rows, counts, w, config: TileConfig | None = None):
     """``x[rows[r]] @ w[e]`` for each expert's sorted rows: :func:`grouped_matmul` reading
     its rows of A straight from the unsorted ``x`` (``(T, K)``), as :func:`grouped_swiglu`
-    does; returns ``(R, N)``."""
-    return _launch(x, rows, w, None, counts, config, grouped_matmul_tuned)
+    does; returns ``(R, N)``. Untuned on a Hopper GPU, the weights may come through the
+    TMA instead (:func:`~.grouped_tma.grouped_gather_tma`), where that times faster."""
+    def pointer_kernel():
+        return _launch(x, rows, w, None, counts, config, grouped_matmul_tuned)
+
+    if config is None and grouped_tma.gather_supported(x, w):
+        return grouped_tma.tuned_gather(x, rows, counts, w, pointer_kernel)
+    return pointer_kernel()
 
 
 def combine(y, position, weights, block_t: int = 16, block_h: int = 128):

@@ -340,46 +340,127 @@ def _sm_count(index) -> int:
 # Which kernel runs: timed once per key, as an autotuner would.
 # --------------------------------------------------------------------------------------
 
-# (rows bucketed, K, N, E, transposed weights, dtype, device) -> ("tma", setting) or
+# (product, rows bucketed, shapes, transposed weights, dtype, device) -> ("tma", setting) or
 # ("cp.async", None). Measured on an H200 (bf16, tests/gpu/grouped_tma_bench.py): the TMA
 # kernel ran 1.13x the cp.async one on the 8-expert down projection, 1.24x on its input
 # gradient (weights a transposed view) and 1.10x on the 128-expert down projection; the
 # pointer kernel's small tiles may still win where experts get few rows (decode steps).
 _PLANS: dict = {}
+# (key, setting) -> why a TMA setting was left out of a choice (too much shared memory for
+# this GPU, or a compile error): as an autotuner prunes a setting that fails, the choice
+# goes on without it.
+SKIPPED: dict = {}
 
 
-def tma_supported(a: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether this call could take the TMA kernel: a Hopper (or newer) GPU, compiled
-    mode, and operands the TMA reads as they are (:func:`usable`)."""
+def tma_supported(a: torch.Tensor, w: torch.Tensor | None = None) -> bool:
+    """Whether this call could take a TMA kernel: a Hopper (or newer) GPU, compiled mode,
+    and (given ``w``) operands the TMA reads as they are (:func:`usable`)."""
     return (a.is_cuda and not runtime.is_cpu()
-            and torch.cuda.get_device_capability(a.device)[0] >= 9 and usable(a, w) is None)
+            and torch.cuda.get_device_capability(a.device)[0] >= 9
+            and (w is None or usable(a, w) is None))
 
 
-def tuned_grouped_matmul(a, counts, w, pointer_kernel):
-    """``a[r] @ w[e]`` by whichever ran fastest for this key: each TMA setting of
-    :data:`TMA_SPACE` and ``pointer_kernel()`` (the tuned cp.async launch), each timed once
-    (do_bench's median, a few runs) the first time the key is seen."""
-    if a.shape[0] == 0:
-        return pointer_kernel()
-    E, K, N = w.shape
-    key = (bucket(a.shape[0]), K, N, E, _transposed(w), a.dtype, a.device.index)
+def gather_supported(x: torch.Tensor, w: torch.Tensor, swiglu: bool = False) -> bool:
+    """Whether :func:`grouped_gather_tma` takes this call: a TMA GPU, ``x``'s rows
+    contiguous, and the weights as the TMA reads them (``gate_up`` contiguous for
+    ``swiglu``)."""
+    if not tma_supported(x) or x.stride(1) != 1:
+        return False
+    if swiglu:
+        return w.is_contiguous() and (w.shape[2] * w.element_size()) % 16 == 0 \
+            and w.data_ptr() % 16 == 0
+    return usable(x, w) is None
+
+
+def fused_gate_up(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor | None:
+    """``gate_up`` ``(E, K, 2N)`` when ``w_gate`` and ``w_up`` are its two halves (the
+    training layer's :func:`~helpers.kernels.moe.training.split_gate_up` views), else
+    ``None``."""
+    E, K, N = w_gate.shape
+    whole = (K * 2 * N, 2 * N, 1)
+    if w_gate.stride() != whole or w_up.stride() != whole or w_up.shape != w_gate.shape \
+            or w_up.data_ptr() != w_gate.data_ptr() + N * w_gate.element_size():
+        return None
+    return w_gate.as_strided((E, K, 2 * N), whole)
+
+
+def _choose(key: tuple, pointer_kernel, tma_kernel, space) -> tuple:
+    """The plan for ``key``: ``pointer_kernel()`` (the tuned cp.async launch) and
+    ``tma_kernel(setting)`` for each setting of ``space``, each timed once (do_bench's
+    median of a few runs) the first time the key is seen, the fastest kept."""
     if key not in _PLANS:
         candidates = {("cp.async", None): pointer_kernel,
-                      **{("tma", c): functools.partial(grouped_matmul_tma, a, counts, w, c)
-                         for c in TMA_SPACE}}
+                      **{("tma", c): functools.partial(tma_kernel, c) for c in space}}
         times = {}
         for plan, fn in candidates.items():
+            if plan[0] == "cp.async":          # the tuned pointer kernel: it must run
+                times[plan] = triton.testing.do_bench(fn, warmup=5, rep=20,
+                                                      return_mode="median")
+                continue
             try:
                 times[plan] = triton.testing.do_bench(fn, warmup=5, rep=20,
                                                       return_mode="median")
-            except triton.runtime.errors.OutOfResources:   # a setting too big for this GPU
-                continue
+            except Exception as err:  # noqa: BLE001 - a setting that does not build is skipped
+                SKIPPED[(key, plan[1])] = f"{type(err).__name__}: {str(err)[:200]}"
         _PLANS[key] = min(times, key=times.get)
-    kind, config = _PLANS[key]
-    return pointer_kernel() if kind == "cp.async" else grouped_matmul_tma(a, counts, w, config)
+    return _PLANS[key]
+
+
+def _run(plan: tuple, pointer_kernel, tma_kernel):
+    kind, config = plan
+    return pointer_kernel() if kind == "cp.async" else tma_kernel(config)
+
+
+def tuned_grouped_matmul(a, counts, w, pointer_kernel):
+    """``a[r] @ w[e]`` by whichever of the TMA settings of :data:`TMA_SPACE` and
+    ``pointer_kernel()`` ran fastest for this key (:func:`_choose`)."""
+    if a.shape[0] == 0:
+        return pointer_kernel()
+    E, K, N = w.shape
+    key = ("matmul", bucket(a.shape[0]), K, N, E, _transposed(w), a.dtype, a.device.index)
+
+    def tma_kernel(config):
+        return grouped_matmul_tma(a, counts, w, config)
+
+    return _run(_choose(key, pointer_kernel, tma_kernel, TMA_SPACE), pointer_kernel,
+                tma_kernel)
+
+
+def tuned_gather(x, rows, counts, w, pointer_kernel, *, swiglu=False, pre=None):
+    """:func:`grouped_gather_tma` or ``pointer_kernel()``, whichever ran fastest for this
+    key: the gathering GEMM (``w`` ``(E, K, N)`` or its transposed view) or, with
+    ``swiglu``, the fused SwiGLU on ``w`` = ``gate_up``."""
+    if rows.numel() == 0:
+        return pointer_kernel()
+    E, K, N = w.shape
+    key = ("swiglu" if swiglu else "gather", pre is not None, bucket(rows.numel()), K, N, E,
+           _transposed(w), x.dtype, x.device.index)
+
+    def tma_kernel(config):
+        return grouped_gather_tma(x, rows, counts, w, config, swiglu=swiglu, pre=pre)
+
+    space = SWIGLU_TMA_SPACE if swiglu else GATHER_TMA_SPACE
+    return _run(_choose(key, pointer_kernel, tma_kernel, space), pointer_kernel, tma_kernel)
+
+
+def tuned_weight_grad(a, b, offsets, experts: int, pointer_kernel):
+    """:func:`grouped_weight_grad_tma` or ``pointer_kernel()``, whichever ran fastest for
+    this key."""
+    if a.shape[0] == 0:
+        return pointer_kernel()
+    key = ("weight grad", bucket(a.shape[0]), a.shape[1], b.shape[1], experts, a.dtype,
+           a.device.index)
+
+    def tma_kernel(config):
+        return grouped_weight_grad_tma(a, b, offsets, experts, config)
+
+    return _run(_choose(key, pointer_kernel, tma_kernel, WEIGHT_GRAD_TMA_SPACE),
+                pointer_kernel, tma_kernel)
 
 
 def chosen_plans() -> dict:
-    """The kernel and setting each key ran with so far, for records."""
-    return {str(k): (kind if config is None else f"{kind} {config.describe()}")
-            for k, (kind, config) in _PLANS.items()}
+    """The kernel and setting each key ran with so far, and the TMA settings left out and
+    why, for records."""
+    plans = {str(k): (kind if config is None else f"{kind} {config.describe()}")
+             for k, (kind, config) in _PLANS.items()}
+    return {**plans, **{f"{k} {c.describe()}: skipped": why for (k, c), why in SKIPPED.items()}}
