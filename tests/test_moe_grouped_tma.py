@@ -126,18 +126,19 @@ def test_the_chooser_times_each_kernel_once_per_key_and_runs_the_fastest(monkeyp
     g = torch.Generator().manual_seed(6)
     counts = torch.tensor([7, 0, 9], dtype=torch.int32)
     a, w = torch.randn(16, 32, generator=g), torch.randn(3, 32, 16, generator=g)
+    want = _loop(a, counts, w)
     pointer_calls = []
 
-    def pointer_kernel():
+    def pointer_kernel():       # the right answer: the TMA outputs are checked against it
         pointer_calls.append(1)
-        return torch.full((16, 16), float("nan"))
+        return want.float().to(DEVICE)
 
     for _ in range(2):
         got = grouped_tma.tuned_grouped_matmul(a.to(DEVICE), counts.to(DEVICE), w.to(DEVICE),
                                               pointer_kernel)
-        torch.testing.assert_close(got.cpu().double(), _loop(a, counts, w), **TOL)
+        torch.testing.assert_close(got.cpu().double(), want, **TOL)
     assert len(timed) == 3, "the pointer kernel and the two TMA settings, each timed once"
-    assert pointer_calls == [1], "the pointer kernel ran in its trial only"
+    assert len(pointer_calls) == 2, "the pointer kernel ran in its trial only (reference, timing)"
     assert list(grouped_tma.chosen_plans().values()) == ["tma 16x16x16 w4 s1"]
 
 
@@ -156,7 +157,8 @@ def test_gate_and_up_are_recognised_as_halves_of_one_tensor():
 @pytest.mark.parametrize("product", ["weight grad", "gather", "swiglu"])
 def test_the_chooser_runs_each_tma_product_right(monkeypatch, product):
     """Every product the chooser can send through the TMA gives the loop's answer when
-    its TMA setting is the one timed fastest (faked clock)."""
+    its TMA setting is the one timed fastest (faked clock; the pointer kernel stands in
+    with the loop's answer, which the TMA output is checked against)."""
     from helpers.kernels.moe import grouped_tma
 
     monkeypatch.setattr(grouped_tma.triton.testing, "do_bench",
@@ -168,33 +170,26 @@ def test_the_chooser_runs_each_tma_product_right(monkeypatch, product):
     counts = torch.tensor([7, 0, 9], dtype=torch.int32)
     R, K, N = 16, 32, 16
 
-    def nothing():
-        raise AssertionError("the pointer kernel should not run after its trial")
-
-    calls = []
-
-    def pointer_kernel():
-        calls.append(1)
-        if len(calls) > 1:
-            nothing()
-        return torch.zeros(1)
-
     if product == "weight grad":
         a, b = torch.randn(R, K, generator=g), torch.randn(R, N, generator=g)
         offsets = torch.tensor([0, 7, 7, 16])
+        want = _weight_grad_loop(a, b, counts)
         got = grouped_tma.tuned_weight_grad(a.to(DEVICE), b.to(DEVICE), offsets.to(DEVICE), 3,
-                                            pointer_kernel)
-        torch.testing.assert_close(got.cpu().double(), _weight_grad_loop(a, b, counts), **TOL)
+                                            lambda: want.float().to(DEVICE))
+        torch.testing.assert_close(got.cpu().double(), want, **TOL)
+        assert "tma" in next(iter(grouped_tma.chosen_plans().values()))
         return
     x = torch.randn(11, K, generator=g)
     rows = torch.randint(0, 11, (R,), generator=g, dtype=torch.int32)
     w = torch.randn(3, K, 2 * N if product == "swiglu" else N, generator=g)
-    got = grouped_tma.tuned_gather(x.to(DEVICE), rows.to(DEVICE), counts.to(DEVICE),
-                                   w.to(DEVICE), pointer_kernel, swiglu=product == "swiglu")
     xs = x[rows.long()]
     want = (torch.nn.functional.silu(_loop(xs, counts, w[..., :N])) * _loop(xs, counts, w[..., N:])
             if product == "swiglu" else _loop(xs, counts, w))
+    got = grouped_tma.tuned_gather(x.to(DEVICE), rows.to(DEVICE), counts.to(DEVICE),
+                                   w.to(DEVICE), lambda: want.float().to(DEVICE),
+                                   swiglu=product == "swiglu")
     torch.testing.assert_close(got.cpu().double(), want, **TOL)
+    assert "tma" in next(iter(grouped_tma.chosen_plans().values()))
 
 
 def test_a_tma_setting_that_fails_is_skipped_and_said(monkeypatch):
@@ -216,3 +211,22 @@ def test_a_tma_setting_that_fails_is_skipped_and_said(monkeypatch):
     plans = grouped_tma.chosen_plans()
     assert "cp.async" in plans.values()
     assert any("skipped" in k and "does not build" in v for k, v in plans.items())
+
+
+def test_a_tma_setting_whose_output_differs_is_left_out(monkeypatch):
+    """A TMA kernel that reads the wrong rows must never be chosen, however fast."""
+    from helpers.kernels.moe import grouped_tma
+
+    monkeypatch.setattr(grouped_tma.triton.testing, "do_bench",
+                        lambda fn, **_: (fn(), 1.0 if getattr(fn, "args", ()) else 2.0)[1])
+    monkeypatch.setattr(grouped_tma, "_PLANS", {})
+    monkeypatch.setattr(grouped_tma, "SKIPPED", {})
+    monkeypatch.setattr(grouped_tma, "TMA_SPACE", [grouped_tma.CPU_CONFIG])
+    g = torch.Generator().manual_seed(8)
+    counts = torch.tensor([7, 0, 9], dtype=torch.int32)
+    a, w = torch.randn(16, 32, generator=g), torch.randn(3, 32, 16, generator=g)
+    wrong = _loop(a, counts, w).float() * 1.1          # what the pointer kernel "computes"
+    out = grouped_tma.tuned_grouped_matmul(a.to(DEVICE), counts.to(DEVICE), w.to(DEVICE),
+                                           lambda: wrong.to(DEVICE))
+    assert torch.equal(out.cpu(), wrong), "the pointer kernel ran, not the faster TMA one"
+    assert any("differs from the cp.async kernel" in v for v in grouped_tma.SKIPPED.values())
