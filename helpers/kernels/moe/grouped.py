@@ -139,8 +139,6 @@ def combine_kernel(y_ptr, position_ptr, weight_ptr, out_ptr, T, H, TOP_K,
 # Settings: tuned per shape on a GPU, one small one in the interpreter.
 # --------------------------------------------------------------------------------------
 
-
-
 # GROUP_M = 16 variants of the big tiles: on the 8-expert shape (4,096 tokens, H100) they
 # kept more of each expert's weights in L2, 565-570 TFLOP/s against 548-561 with 8.
 # SwiGLU keeps two fp32 accumulators, so its tiles are half the area of the plain GEMM's
@@ -243,6 +241,7 @@ def grouped_swiglu(x, rows, counts, w_gate, w_up, config: TileConfig | None = No
         raise ValueError(f"pre must be a contiguous {x.dtype} tensor of shape (R, 2I) = "
                          f"{(rows.numel(), 2 * w_gate.shape[2])}; got {tuple(pre.shape)}, "
                          f"{pre.dtype}")
+
     def pointer_kernel():
         return _launch(x, rows, w_gate, w_up, counts, config, grouped_swiglu_tuned, pre)
 
@@ -271,6 +270,7 @@ def grouped_gather_matmul(x, rows, counts, w, config: TileConfig | None = None):
     its rows of A straight from the unsorted ``x`` (``(T, K)``), as :func:`grouped_swiglu`
     does; returns ``(R, N)``. Untuned on a Hopper GPU, the weights may come through the
     TMA instead (:func:`~.grouped_tma.grouped_gather_tma`), where that times faster."""
+
     def pointer_kernel():
         return _launch(x, rows, w, None, counts, config, grouped_matmul_tuned)
 
