@@ -35,7 +35,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ... import runtime
-from ..matmul.config import TileConfig
+from ..matmul.config import TileConfig, gpu_in_use
 from ..matmul.ladder import grouped_tile
 from .tiles import KEYS, bucket, expert_of_tile
 
@@ -178,6 +178,11 @@ TMA_SPACE = [
 CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
 
 
+def _default(space, dtype):     # fp32 doubles every staged tile: 128x256x64 s3 would not fit
+    return CPU_CONFIG if runtime.is_cpu() else next(
+        (c for c in space if c.fits(gpu_in_use()[0], dtype)[0]), space[-1])
+
+
 def _transposed(w: torch.Tensor) -> bool:
     """Whether each expert's ``(K, N)`` matrix is a transposed view (N the slow axis)."""
     return w.stride(1) == 1 and w.stride(2) != 1
@@ -207,7 +212,7 @@ def grouped_matmul_tma(a: torch.Tensor, counts: torch.Tensor, w: torch.Tensor,
                        config: TileConfig | None = None, num_sms: int | None = None):
     """:func:`~helpers.kernels.moe.grouped.grouped_matmul` through the TMA: ``a[r] @ w[e]``
     for each expert's rows of the sorted ``a`` ``(R, K)``; ``w`` is ``(E, K, N)`` (or its
-    transposed view); returns ``(R, N)``. ``config`` defaults to the first of
+    transposed view); returns ``(R, N)``. ``config`` defaults to the first that fits of
     :data:`TMA_SPACE` (the interpreter's small tile in CPU mode)."""
     why = usable(a, w)
     if why is not None:
@@ -216,7 +221,7 @@ def grouped_matmul_tma(a: torch.Tensor, counts: torch.Tensor, w: torch.Tensor,
     c = torch.empty((R, N), device=a.device, dtype=a.dtype)
     if R == 0:
         return c
-    config = TileConfig.of(config or (CPU_CONFIG if runtime.is_cpu() else TMA_SPACE[0]))
+    config = TileConfig.of(config or _default(TMA_SPACE, a.dtype))
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     a_desc = TensorDescriptor(a, [R, K], [a.stride(0), 1], [bm, bk])
     b_t = _transposed(w)
@@ -262,8 +267,7 @@ def grouped_weight_grad_tma(a: torch.Tensor, b: torch.Tensor, offsets: torch.Ten
     if b.shape[0] != R:
         raise ValueError(f"a and b must have one row per sorted copy; got {R} and {b.shape[0]}")
     c = torch.empty((experts, M, N), device=a.device, dtype=a.dtype)
-    config = TileConfig.of(config or (CPU_CONFIG if runtime.is_cpu()
-                                      else WEIGHT_GRAD_TMA_SPACE[0]))
+    config = TileConfig.of(config or _default(WEIGHT_GRAD_TMA_SPACE, a.dtype))
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     a_desc = TensorDescriptor(a, [R, M], [a.stride(0), 1], [bk, bm])
     b_desc = TensorDescriptor(b, [R, N], [b.stride(0), 1], [bk, bn])
@@ -317,7 +321,7 @@ def grouped_gather_tma(x: torch.Tensor, rows: torch.Tensor, counts: torch.Tensor
     if R == 0:
         return c
     space = SWIGLU_TMA_SPACE if swiglu else GATHER_TMA_SPACE
-    config = TileConfig.of(config or (CPU_CONFIG if runtime.is_cpu() else space[0]))
+    config = TileConfig.of(config or _default(space, x.dtype))
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     if b_t:
         b_desc = TensorDescriptor(w, [E * N, K], [K, 1], [bn, bk])
