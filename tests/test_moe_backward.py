@@ -22,6 +22,7 @@ import helpers
 from helpers.kernels import moe as M
 from helpers.kernels.moe import backward as B
 from helpers.kernels.moe import grouped as G
+from helpers.kernels.moe import training as MT
 
 DEVICE = helpers.device()
 FP32_TOL = 1e-2 if helpers.is_gpu() else 1e-4
@@ -191,6 +192,26 @@ def test_weights_stored_transposed():
     """gate_up and down as nn.Linear stores them (transposed copies): the kernels walk
     them through their strides, the gradients come back right."""
     check_layer(29, 8, 2, 32, 48, torch.float32, FP32_TOL, FP32_TOL, layout=column_major)
+
+
+def test_only_the_gradients_asked_for_are_computed(monkeypatch):
+    """x without grad (the layer fed by the embedding) and frozen experts: their GEMMs are
+    skipped, and the gradients that are asked for match the full backward's."""
+    layer = M.MoELayer(8, 2, 16, 32, device=DEVICE)
+    x = randn(19, 16, seed=5, dtype=torch.float32)
+    layer(x.requires_grad_()).sum().backward()
+    full = {n: p.grad.clone() for n, p in layer.named_parameters()}
+    layer.zero_grad(set_to_none=True)
+    layer.down.requires_grad_(False)
+    out = layer(x.detach())
+    calls = []          # the backward's grouped_matmul is dx's GEMM
+    monkeypatch.setattr(MT, "grouped_matmul",
+                        lambda *a, **k: calls.append(1) or G.grouped_matmul(*a, **k))
+    out.sum().backward()
+    assert layer.down.grad is None, "down is frozen: it must get no gradient"
+    assert not calls, "x does not require grad: the dx GEMM must not run"
+    for n in ("router", "gate_up"):
+        assert_close(getattr(layer, n).grad, full[n], FP32_TOL, FP32_TOL, f"d loss / d {n}")
 
 
 def test_no_tokens():

@@ -10,8 +10,9 @@ dispatch, experts, combine) against what a practitioner trains with, autograd th
   weight layouts ``torch._grouped_mm`` takes (row-major, and column-major as
   ``nn.Linear`` weights come), each run or recorded as refused.
 
-Per shape and token count: the forward alone (with autograd recording, as in training)
-and forward + backward, medians of rounds taken in turn, TFLOP/s on the experts' FLOPs
+Per shape and token count, the layer inside a network (``x`` requires grad, so both
+versions run all six GEMMs: two forward, four backward): the forward alone (with autograd
+recording, as in training) and forward + backward, medians of rounds taken in turn, TFLOP/s on the experts' FLOPs
 (three times the forward's for forward + backward). A check first, at a small token
 count: every gradient of both versions against an fp32 per-expert loop on the same
 routing, as a fraction of the gradient's largest entry. Then ``torch.profiler``'s kernel
@@ -160,7 +161,7 @@ ROUNDS = 3
 
 
 def _timings(s, versions, tokens, dtype) -> dict:
-    x = _randn((tokens, s.hidden), dtype, seed=910)
+    x = _randn((tokens, s.hidden), dtype, seed=910).requires_grad_()
     dout = _randn((tokens, s.hidden), dtype, seed=911)
     flops = expert_flops(tokens * s.top_k, s.hidden, s.width)
     fns, rows = {}, {}
@@ -176,6 +177,7 @@ def _timings(s, versions, tokens, dtype) -> dict:
 
         def step(fn=fn, p=p):
             p.zero()
+            x.grad = None
             fn(x, p, s.top_k).backward(dout)
 
         fns[(name, "forward")], fns[(name, "step")] = forward, step
@@ -206,7 +208,7 @@ def _timings(s, versions, tokens, dtype) -> dict:
 
 
 def _profile(s, versions, tokens, dtype, repeats: int = 3) -> dict:
-    x = _randn((tokens, s.hidden), dtype, seed=920)
+    x = _randn((tokens, s.hidden), dtype, seed=920).requires_grad_()
     dout = _randn((tokens, s.hidden), dtype, seed=921)
     out = {"tokens": tokens, "repeats": repeats}
     for name, v in versions.items():
@@ -216,6 +218,7 @@ def _profile(s, versions, tokens, dtype, repeats: int = 3) -> dict:
 
         def step(fn=fn, p=p):
             p.zero()
+            x.grad = None
             fn(x, p, s.top_k).backward(dout)
         try:
             table = kernel_table(_profile_one(step, repeats), top=16)
@@ -261,6 +264,7 @@ def moe_training_experiment(smoke: bool = False) -> dict:
     dtype = torch_dtype(DTYPE)
     shapes, tokens = (SMOKE_SHAPES, SMOKE_TOKENS) if smoke else (SHAPES, TOKENS)
     out = {"config": {"dtype": DTYPE, "smoke": smoke, "check_tokens": CHECK_TOKENS,
+                      "x_requires_grad": True,
                       "shapes": {k: {"name": s.name, "experts": s.experts, "top_k": s.top_k,
                                      "hidden": s.hidden, "width": s.width,
                                      "tokens": list(tokens[k])} for k, s in shapes.items()},

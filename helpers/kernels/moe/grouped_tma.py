@@ -28,6 +28,7 @@ arithmetic. The TMA needs 16-byte aligned rows: :func:`usable` says when it appl
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import torch
 import triton
@@ -178,9 +179,9 @@ TMA_SPACE = [
 CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
 
 
-def _default(space, dtype):     # fp32 doubles every staged tile: 128x256x64 s3 would not fit
-    return CPU_CONFIG if runtime.is_cpu() else next(
-        (c for c in space if c.fits(gpu_in_use()[0], dtype)[0]), space[-1])
+def _default(space, dtype):     # the spaces are sized for 2-byte types; fp32 gets 2 stages
+    fits = [c for c in space if dtype.itemsize == 2 and c.fits(gpu_in_use()[0], dtype)[0]]
+    return CPU_CONFIG if runtime.is_cpu() else (fits or [replace(space[-1], num_stages=2)])[0]
 
 
 def _transposed(w: torch.Tensor) -> bool:

@@ -58,14 +58,23 @@ class _Experts(torch.autograd.Function):
         # Each sorted row's routing weight: copy order[r] is (token, slot) flattened.
         scale = weights.reshape(-1)[d.order].float().contiguous()
         dpre, ds = swiglu_backward(dout, d.rows, d.counts, down, pre, scale)
-        d_weights = torch.zeros(weights.numel(), device=x.device, dtype=torch.float32)
-        d_weights[d.order] = ds                             # dropped copies keep 0
-        d_down = grouped_weight_grad(h, gather_rows(dout, d.rows, scale), d.offsets, E)
-        d_gate_up = grouped_weight_grad(gather_rows(x, d.rows), dpre, d.offsets, E)
-        dx_rows = grouped_matmul(dpre, d.counts, gate_up.transpose(1, 2))     # (R, H)
-        ones = torch.ones(d.position.shape, device=x.device, dtype=torch.float32)
-        dx = combine(dx_rows, d.position, ones)             # each token sums its copies
-        return dx, d_weights.view_as(weights).to(weights.dtype), d_gate_up, d_down, None
+        # Only the gradients autograd asks for: a layer fed by the embedding (or frozen
+        # experts) skips the GEMM behind each one it does not need.
+        need_x, need_weights, need_gate_up, need_down = ctx.needs_input_grad[:4]
+        dx = d_weights = d_gate_up = d_down = None
+        if need_weights:
+            d_weights = torch.zeros(weights.numel(), device=x.device, dtype=torch.float32)
+            d_weights[d.order] = ds                         # dropped copies keep 0
+            d_weights = d_weights.view_as(weights).to(weights.dtype)
+        if need_down:
+            d_down = grouped_weight_grad(h, gather_rows(dout, d.rows, scale), d.offsets, E)
+        if need_gate_up:
+            d_gate_up = grouped_weight_grad(gather_rows(x, d.rows), dpre, d.offsets, E)
+        if need_x:
+            dx_rows = grouped_matmul(dpre, d.counts, gate_up.transpose(1, 2))     # (R, H)
+            ones = torch.ones(d.position.shape, device=x.device, dtype=torch.float32)
+            dx = combine(dx_rows, d.position, ones)         # each token sums its copies
+        return dx, d_weights, d_gate_up, d_down, None
 
 
 def _check(x, weights, gate_up, down, d) -> None:
