@@ -62,21 +62,25 @@ def test_the_lessons_table_and_the_report_agree(rec):
     assert [v.met for r in held for v in r.verdicts] == [t["met"] for t in targets]
 
 
-def test_the_many_experts_target_is_met_and_its_win_is_the_forwards(rec):
+def test_the_many_experts_target_is_met_and_its_win_is_not_the_gemms(rec):
     """The lesson says: at 128 experts forward + backward is at least the baseline's speed,
-    and the margin comes from the forward (the baseline's SwiGLU and combine are separate
-    passes over the rows), not from a backward faster than CUTLASS's."""
+    and the margin comes from the kernels around the GEMMs (the baseline's separate gathers,
+    SwiGLU, casts and combine), not from GEMMs faster than CUTLASS's: the profiled step's
+    non-GEMM kernels save at least the whole difference."""
     (t,) = [t for t in plots.training_targets(rec) if "E=128" in t["target"]]
     assert t["met"], t
     e = next(e for e in rec.results["timings"] if e["shape"] == "many_small"
              and e["tokens"] == rec.results["config"]["target_tokens"]["many_small"])
-    ours = next(v for v in e["versions"] if v["name"] == experiment.OURS)
-    base = experiment.fastest_baseline(e)
-    assert base["forward"]["ms"] / ours["forward"]["ms"] > experiment.speedup(e)
+    base_name = experiment.fastest_baseline(e)["name"]
+    split = {r["version"]: r for r in plots.training_split(rec) if r["experts"] == "E=128"}
+    ours, base = split[experiment.OURS], split[base_name]
+    total = {n: r["GEMM kernels us"] + r["other kernels us"] for n, r in split.items()}
+    assert base["other kernels us"] - ours["other kernels us"] >= total[base_name] - total[
+        experiment.OURS], (ours, base)
     if experiment.speedup(e) >= 1.5:      # the course's rule: explained in the lesson
         lesson = json.loads((ROOT / "notebooks" / "08_moe.ipynb").read_text())
         text = " ".join("".join(c["source"]) for c in lesson["cells"] if c["cell_type"] == "markdown")
-        assert "the fused forward carries the win" in " ".join(text.split()), \
+        assert "those passes cost more than the GEMMs" in " ".join(text.split()), \
             "a win over 1.5x needs the lesson's explanation"
 
 

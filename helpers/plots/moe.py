@@ -412,3 +412,33 @@ def training_targets(rec) -> list[dict]:
                      "measured": value, "goal": goal, "unit": "x", "at_most": False,
                      "met": value is not None and value >= goal})
     return rows
+
+
+GEMM_KERNELS = ("gemm", "cutlass", "nvjet", "weight_grad", "gather_tma")   # matrix products
+
+
+def training_split(rec) -> list[dict]:
+    """Where each version's forward + backward spends its GPU time, at each shape's target
+    token count (``torch.profiler``, one step): the grouped GEMMs' kernels, and every other
+    kernel (gathers, SwiGLU, combine, casts, sorts)."""
+    rows = []
+    for shape, p in rec.results["profile"].items():
+        experts = rec.results["config"]["shapes"][shape]["experts"]
+        for name, table in p.items():
+            if not isinstance(table, dict) or "kernels" not in table:
+                continue
+            gemm = sum(k["cuda_us"] for k in table["kernels"]
+                       if any(g in k["name"].lower() for g in GEMM_KERNELS))
+            rows.append({"experts": f"E={experts}", "tokens": f"{p['tokens']:,}",
+                         "version": name, "GEMM kernels us": gemm,
+                         "other kernels us": table["total_us"] - gemm,
+                         "launches": table["launches"]})
+    return rows
+
+
+def training_caveat(rec) -> str:
+    """What a record taken before the layer's input required grad did not compare alike."""
+    if rec.results["config"].get("x_requires_grad"):
+        return ""
+    return ("(x did not require grad in this record: the baseline's autograd skipped the "
+            "dx GEMM, a third of the backward's FLOPs, and ours, not yet skipping it, ran it)")
