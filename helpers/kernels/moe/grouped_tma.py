@@ -3,9 +3,8 @@
 :func:`~helpers.kernels.moe.grouped.grouped_matmul` loads its tiles with ``cp.async``:
 every thread computes the addresses of its 16-byte pieces of A and of B. At the 8-expert
 training shape those GEMMs ran at 527-566 TFLOP/s on an H200 against CUTLASS's 596-631
-inside ``torch._grouped_mm`` (which loads through the TMA). Here both operands come
-through Hopper's Tensor Memory Accelerator, as in lesson 07's persistent matmul
-(:mod:`helpers.kernels.matmul.persistent`), from descriptors built on the host:
+(TMA-fed, in ``torch._grouped_mm``). Here both operands come through Hopper's Tensor Memory
+Accelerator, as in :mod:`helpers.kernels.matmul.persistent`, from descriptors built on the host:
 
 * **A**, the sorted rows ``(R, K)``: a tile of expert ``e`` is a box at row ``start``.
   A box may run past the expert's last row into the next expert's rows: those rows are
