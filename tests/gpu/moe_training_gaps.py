@@ -2,7 +2,8 @@
 
 The moe_training record's step at 8 experts (T = 4096, bf16) reads 17.55 ms on an H200
 while its kernels sum to 14.95 ms; torch._grouped_mm's step reads 14.90 ms over 13.46 ms
-of kernels. This traces one step of each with torch.profiler (after warm-up, the way
+of kernels (x then had no gradient, so torch's backward skipped dx's GEMM; x has one now,
+as in the record). This traces one step of each with torch.profiler (after warm-up, the way
 ``bench.time_ms`` runs it: a cold L2 first), then lists the GPU's idle stretches between
 kernels, each with the kernel after it and the CUDA runtime calls the host made during
 it (a ``cudaStreamSynchronize`` or a device-to-host copy there means the host waited).
@@ -106,7 +107,7 @@ def main() -> None:
     s = SHAPES[args.shape]
     dtype = torch.bfloat16
     w = _weights(s, dtype, seed=7)
-    x = _randn((args.tokens, s.hidden), dtype, seed=920)
+    x = _randn((args.tokens, s.hidden), dtype, seed=920).requires_grad_()
     dout = _randn((args.tokens, s.hidden), dtype, seed=921)
     cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
     print(f"{torch.cuda.get_device_name()}, {s.name}, T = {args.tokens}")
@@ -118,6 +119,7 @@ def main() -> None:
 
         def step(fn=fn, p=p):
             p.zero()
+            x.grad = None                  # x requires grad, as the record's layer does
             fn(x, p, s.top_k).backward(dout)
         print(name)
         print("\n".join(gaps(trace(step, cache), args.top)))
