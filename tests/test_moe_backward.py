@@ -195,23 +195,30 @@ def test_weights_stored_transposed():
 
 
 def test_only_the_gradients_asked_for_are_computed(monkeypatch):
-    """x without grad (the layer fed by the embedding) and frozen experts: their GEMMs are
-    skipped, and the gradients that are asked for match the full backward's."""
+    """x without grad (the layer fed by the embedding) and a frozen part: the GEMMs behind
+    the gradients nobody asked for do not run, and the others match the full backward's."""
     layer = M.MoELayer(8, 2, 16, 32, device=DEVICE)
     x = randn(19, 16, seed=5, dtype=torch.float32)
     layer(x.requires_grad_()).sum().backward()
     full = {n: p.grad.clone() for n, p in layer.named_parameters()}
-    layer.zero_grad(set_to_none=True)
-    layer.down.requires_grad_(False)
-    out = layer(x.detach())
-    calls = []          # the backward's grouped_matmul is dx's GEMM
+    calls = []          # in the backward, grouped_matmul is dx's GEMM
     monkeypatch.setattr(MT, "grouped_matmul",
-                        lambda *a, **k: calls.append(1) or G.grouped_matmul(*a, **k))
-    out.sum().backward()
-    assert layer.down.grad is None, "down is frozen: it must get no gradient"
-    assert not calls, "x does not require grad: the dx GEMM must not run"
-    for n in ("router", "gate_up"):
-        assert_close(getattr(layer, n).grad, full[n], FP32_TOL, FP32_TOL, f"d loss / d {n}")
+                        lambda *a, **k: calls.append("dx") or G.grouped_matmul(*a, **k))
+    monkeypatch.setattr(MT, "grouped_weight_grad",
+                        lambda *a, **k: calls.append("dW") or B.grouped_weight_grad(*a, **k))
+    # down frozen: gate_up's weight gradient only; the router frozen (and x without grad):
+    # no routing-weight gradient, both weight gradients.
+    for frozen, expected in (("down", ["dW"]), ("router", ["dW", "dW"])):
+        for n, p in layer.named_parameters():
+            p.requires_grad_(n != frozen)
+            p.grad = None
+        out = layer(x.detach())
+        calls.clear()
+        out.sum().backward()
+        assert calls == expected, f"{frozen} frozen, x without grad: ran {calls}"
+        for n, p in layer.named_parameters():
+            if n != frozen:
+                assert_close(p.grad, full[n], FP32_TOL, FP32_TOL, f"d loss / d {n}, {frozen} frozen")
 
 
 def test_no_tokens():

@@ -63,20 +63,24 @@ def test_the_lessons_table_and_the_report_agree(rec):
 
 
 def test_the_many_experts_target_is_met_and_its_win_is_not_the_gemms(rec):
-    """The lesson says: at 128 experts forward + backward is at least the baseline's speed,
-    and the margin comes from the kernels around the GEMMs (the baseline's separate gathers,
-    SwiGLU, casts and combine), not from GEMMs faster than CUTLASS's: the profiled step's
-    non-GEMM kernels save at least the whole difference."""
+    """The lesson says: at 128 experts forward + backward is at least the baseline's speed;
+    our GEMM kernels take longer than CUTLASS's, so the win is the kernels around them (the
+    baseline's separate gathers, SwiGLU, casts and combine), which at 128 experts cost the
+    baseline more than its GEMMs. Read from the profiled step of a like-for-like record."""
     (t,) = [t for t in plots.training_targets(rec) if "E=128" in t["target"]]
     assert t["met"], t
+    if plots.training_caveat(rec):       # the baseline skipped dx: no like-for-like split
+        assert not plots.training_split(rec)
+        return
     e = next(e for e in rec.results["timings"] if e["shape"] == "many_small"
              and e["tokens"] == rec.results["config"]["target_tokens"]["many_small"])
     base_name = experiment.fastest_baseline(e)["name"]
-    split = {r["version"]: r for r in plots.training_split(rec) if r["experts"] == "E=128"}
-    ours, base = split[experiment.OURS], split[base_name]
-    total = {n: r["GEMM kernels us"] + r["other kernels us"] for n, r in split.items()}
-    assert base["other kernels us"] - ours["other kernels us"] >= total[base_name] - total[
-        experiment.OURS], (ours, base)
+    split = {(r["experts"], r["version"]): r for r in plots.training_split(rec)}
+    for experts in ("E=8", "E=128"):
+        ours, base = split[experts, experiment.OURS], split[experts, base_name]
+        assert ours["GEMM kernels us"] >= base["GEMM kernels us"], (experts, ours, base)
+    base = split["E=128", base_name]
+    assert base["other kernels us"] > base["GEMM kernels us"], base
     if experiment.speedup(e) >= 1.5:      # the course's rule: explained in the lesson
         lesson = json.loads((ROOT / "notebooks" / "08_moe.ipynb").read_text())
         text = " ".join("".join(c["source"]) for c in lesson["cells"] if c["cell_type"] == "markdown")

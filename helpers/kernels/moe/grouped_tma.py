@@ -178,8 +178,9 @@ TMA_SPACE = [
 CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
 
 
-def _default(space, dtype):     # the spaces are sized for 2-byte types; fp32 gets 2 stages
-    fits = [c for c in space if dtype.itemsize == 2 and c.fits(gpu_in_use()[0], dtype)[0]]
+def _default(space, dtype, b_tiles=1):   # for 2-byte types (fp32: 2 stages); SwiGLU: 2 B tiles
+    fits = [c for c in space if dtype.itemsize == 2 and replace(
+        c, block_n=b_tiles * c.block_n).fits(gpu_in_use()[0], dtype)[0]]
     return CPU_CONFIG if runtime.is_cpu() else (fits or [replace(space[-1], num_stages=2)])[0]
 
 
@@ -321,7 +322,7 @@ def grouped_gather_tma(x: torch.Tensor, rows: torch.Tensor, counts: torch.Tensor
     if R == 0:
         return c
     space = SWIGLU_TMA_SPACE if swiglu else GATHER_TMA_SPACE
-    config = TileConfig.of(config or _default(space, x.dtype))
+    config = TileConfig.of(config or _default(space, x.dtype, 2 if swiglu else 1))
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     if b_t:
         b_desc = TensorDescriptor(w, [E * N, K], [K, 1], [bn, bk])
@@ -345,10 +346,9 @@ def _sm_count(index) -> int:
 # --------------------------------------------------------------------------------------
 
 # (product, rows bucketed, shapes, transposed weights, dtype, device) -> ("tma", setting) or
-# ("cp.async", None). Measured on an H200 (bf16, tests/gpu/grouped_tma_bench.py): the TMA
-# kernel ran 1.13x the cp.async one on the 8-expert down projection, 1.24x on its input
-# gradient (weights a transposed view) and 1.10x on the 128-expert down projection; the
-# pointer kernel's small tiles may still win where experts get few rows (decode steps).
+# ("cp.async", None). On an H200 (bf16, tests/gpu/grouped_tma_bench.py) the TMA kernel ran
+# 1.11-1.22x the cp.async one on the 8-expert down projection and input gradient, 1.09x at
+# 128 experts; cp.async's small tiles may still win where experts get few rows.
 _PLANS: dict = {}
 # (key, setting) -> why a TMA setting was left out of a choice (too much shared memory for
 # this GPU, a compile error, or an output that is not the cp.async kernel's on the same
