@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import torch  # noqa: E402
 
-from helpers.experiments import moe_training as mt  # noqa: E402
-from helpers.experiments.moe import SHAPES, _randn, _weights  # noqa: E402
+from helpers.experiments.moe import SHAPES  # noqa: E402
+from moe_training_gaps import versions_steps  # noqa: E402 - the same steps, beside this file
 
 
 def sampled(step, steps: int):
@@ -77,20 +77,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=120)
     args = ap.parse_args()
-    s = SHAPES[args.shape]
-    w = _weights(s, torch.bfloat16, seed=7)
-    x = _randn((args.tokens, s.hidden), torch.bfloat16, seed=920).requires_grad_()
-    dout = _randn((args.tokens, s.hidden), torch.bfloat16, seed=921)
-    print(f"{torch.cuda.get_device_name()}, {s.name}, T = {args.tokens}")
-    for name, v in mt._versions(w).items():
-        if isinstance(v, str):
+    print(f"{torch.cuda.get_device_name()}, {SHAPES[args.shape].name}, T = {args.tokens}")
+    for name, step, p in versions_steps(args.shape, args.tokens):
+        if p is None:
             continue
-        fn, p = v
-
-        def step(fn=fn, p=p):
-            p.zero()
-            x.grad = None                  # x requires grad, as the record's layer does
-            fn(x, p, s.top_k).backward(dout)
         for _ in range(3):
             step()
         torch.cuda.synchronize()

@@ -98,29 +98,38 @@ def gaps(events, top: int) -> list[str]:
     return out
 
 
+def versions_steps(shape: str, tokens: int):
+    """The record's versions at ``shape`` and ``tokens`` (bf16, x requiring grad as in the
+    record): ``(name, step, params)`` each, or ``(name, why, None)`` for one that cannot run."""
+    s = SHAPES[shape]
+    w = _weights(s, torch.bfloat16, seed=7)
+    x = _randn((tokens, s.hidden), torch.bfloat16, seed=920).requires_grad_()
+    dout = _randn((tokens, s.hidden), torch.bfloat16, seed=921)
+    for name, v in mt._versions(w).items():
+        if isinstance(v, str):
+            yield name, v, None
+            continue
+        fn, p = v
+
+        def step(fn=fn, p=p):
+            p.zero()
+            x.grad = None
+            fn(x, p, s.top_k).backward(dout)
+        yield name, step, p
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="few_large")
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
-    s = SHAPES[args.shape]
-    dtype = torch.bfloat16
-    w = _weights(s, dtype, seed=7)
-    x = _randn((args.tokens, s.hidden), dtype, seed=920).requires_grad_()
-    dout = _randn((args.tokens, s.hidden), dtype, seed=921)
     cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-    print(f"{torch.cuda.get_device_name()}, {s.name}, T = {args.tokens}")
-    for name, v in mt._versions(w).items():
-        if isinstance(v, str):
-            print(name, v)
+    print(f"{torch.cuda.get_device_name()}, {SHAPES[args.shape].name}, T = {args.tokens}")
+    for name, step, p in versions_steps(args.shape, args.tokens):
+        if p is None:
+            print(name, step)
             continue
-        fn, p = v
-
-        def step(fn=fn, p=p):
-            p.zero()
-            x.grad = None                  # x requires grad, as the record's layer does
-            fn(x, p, s.top_k).backward(dout)
         print(name)
         print("\n".join(gaps(trace(step, cache), args.top)))
         print("  three steps back to back:")
