@@ -302,9 +302,12 @@ def moe_training(rec) -> list[Row]:
             Value(b["step_tflops"], "TFLOP/s")
         ratio = None if ours.number is None or b is None else b["step"]["ms"] / o["step"]["ms"]
         held = e["tokens"] == res["config"]["target_tokens"][key]
+        # A record from before x required grad: the baseline's autograd skipped dx's GEMM.
+        unlike = "" if "x_requires_grad" in res["config"] else ", x without grad (dx skipped)"
         rows.append(ctx.row("MoE layer forward + backward: " + m.OURS,
                             f"{shape}, T={e['tokens']} {dtype}",
-                            b["name"] if b else "torch._grouped_mm autograd", ours, base, ratio,
+                            (b["name"] if b else "torch._grouped_mm autograd") + unlike,
+                            ours, base, ratio,
                             dtype, _if_set(f"moe_training_{key}") if held else []))
     return rows
 
