@@ -471,7 +471,7 @@ def moe_experiment(smoke: bool = False) -> dict:
         out["device"] = {"name": props.name, "sm_count": props.multi_processor_count}
     for key in cfg["shapes"]:
         _shape_parts(key, cfg, dtype, out)
-    # Which grouped GEMM ran each down projection (TMA or cp.async), as timed per shape.
+    # Which grouped GEMM ran each grouped product (TMA or cp.async), as timed per shape.
     out["grouped_matmul_plans"] = grouped_tma.chosen_plans()
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out

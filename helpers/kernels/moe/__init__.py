@@ -23,8 +23,8 @@ block: ``down(silu(x @ w_gate) * (x @ w_up))`` with ``w_gate, w_up: (H, I)`` and
 * :func:`experts_forward` / :func:`moe_forward`: the same with the grouped GEMM kernels
   of :mod:`helpers.kernels.moe.grouped`: two launches for all experts, then the combine.
 * :class:`MoELayer` / :func:`experts_train`: the layer that trains
-  (:mod:`~helpers.kernels.moe.training`), its backward three grouped GEMMs and a
-  per-expert weight gradient (:mod:`~helpers.kernels.moe.backward`).
+  (:mod:`~helpers.kernels.moe.training`), its backward four grouped GEMMs, two of them the
+  per-expert weight gradients (:mod:`~helpers.kernels.moe.backward`).
 
 Shapes: ``x`` is ``(T, H)`` tokens, ``w_router`` ``(H, E)``, ``w_gate`` and ``w_up``
 ``(E, H, I)``, ``w_down`` ``(E, I, H)``. Weights may be any strided view (a transposed

@@ -41,7 +41,7 @@ from ..matmul.config import TileConfig
 from ..matmul.ladder import grouped_tile
 from . import grouped_tma
 from .grouped_tma import fused_gate_up
-from .tiles import KEYS, bucket, expert_of_tile
+from .tiles import CPU_CONFIG, KEYS, bucket, expert_of_tile
 
 
 @triton.jit
@@ -170,7 +170,6 @@ MATMUL_SPACE = [
     TileConfig(32, 64, 64, num_warps=4, num_stages=4),
     TileConfig(16, 64, 128, num_warps=4, num_stages=4),
 ]
-CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
 
 
 def _triton_configs(space) -> list:

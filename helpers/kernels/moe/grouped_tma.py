@@ -37,7 +37,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ... import runtime
 from ..matmul.config import TileConfig, gpu_in_use
 from ..matmul.ladder import grouped_tile
-from .tiles import KEYS, bucket, expert_of_tile
+from .tiles import CPU_CONFIG, KEYS, bucket, expert_of_tile
 
 
 @triton.jit
@@ -175,7 +175,6 @@ TMA_SPACE = [
     TileConfig(128, 128, 64, num_warps=4, num_stages=5),
     TileConfig(64, 128, 64, num_warps=4, num_stages=5),
 ]
-CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
 
 
 def _default(space, dtype, b_tiles=1):   # for 2-byte types (fp32: 2 stages); SwiGLU: 2 B tiles

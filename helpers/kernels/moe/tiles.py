@@ -1,16 +1,19 @@
-"""The grouped GEMMs' shared pieces: which row tile belongs to which expert, the tuner's
-row buckets and how a setting is named (:mod:`.grouped`'s cp.async kernels and
-:mod:`.grouped_tma`'s TMA-fed ones both build on them)."""
+"""The grouped GEMMs' shared pieces: which row tile belongs to which expert, the tuners'
+row buckets, how a setting is named and the interpreter's one setting (:mod:`.grouped`'s
+cp.async kernels and :mod:`.grouped_tma`'s TMA-fed ones both build on them)."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from ..matmul.config import TILE_KEYS
+from ..matmul.config import TILE_KEYS, TileConfig
 
 # How a setting of the grouped GEMM is named: lesson 04's tile and order, warps, stages.
 KEYS = (*TILE_KEYS, "num_warps", "num_stages")
+
+# The interpreter's one small setting (CPU mode), for every grouped kernel.
+CPU_CONFIG = TileConfig(16, 32, 32, num_warps=4, num_stages=1)
 
 
 def bucket(n: int) -> int:
@@ -38,5 +41,3 @@ def expert_of_tile(tile, counts_ptr, E, E_POW2: tl.constexpr, BLOCK_M: tl.conste
     start = expert_start + (tile - first_tile) * BLOCK_M
     end = expert_start + expert_rows
     return expert, start, end
-
-
