@@ -61,6 +61,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ... import runtime
 from .config import TileConfig, gpu_in_use
 from .ladder import grouped_tile
+from . import precompile
 from .pack import packer
 from .tma_launch import direct
 
@@ -378,6 +379,9 @@ def launch(a: torch.Tensor, b: torch.Tensor, config: TileConfig | None = None):
         kernel, first, extra = matmul_kernel_persistent, config, config.as_dict(KEYS)
     group_m = GROUP_M if config is None else config.group_m
     layout = {"A_T": a_t, "B_T": b_t}
+    if config is None and runtime.is_gpu():     # the candidates compiled side by side first
+        precompile.tuner_candidates(kernel, (*descriptors(a, b_run, c, first), *tail),
+                                    dict(GROUP_M=group_m, NUM_SMS=sms, **layout))
     compiled = kernel[grid](*descriptors(a, b_run, c, first), *tail, GROUP_M=group_m,
                             NUM_SMS=sms, **layout, **extra)
     ms = None if config else tuned_ms(kernel, (*descriptors(a, b_run, c, first), *tail), layout)

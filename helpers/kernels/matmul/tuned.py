@@ -17,10 +17,10 @@ settings:
 * :mod:`~helpers.kernels.matmul.persistent` and :mod:`~helpers.kernels.matmul.streamk`:
   many tiles (one program per SM, fed by the TMA) and a part-empty last wave (K steps
   shared out), each timed against v6 as a whole plan.
-* :func:`matmul_tuned`: ``@triton.autotune`` over the pruned space on a GPU. In CPU mode
-  the autotuner cannot run (it needs a driver to time with): one small fixed setting,
-  or the one passed in; :func:`try_space` runs any list of candidates once, to check
-  them, which is the tuner's search without the stopwatch.
+* :func:`matmul_tuned`: ``@triton.autotune`` over the pruned space on a GPU, the
+  candidates compiled side by side first (:mod:`~helpers.kernels.matmul.precompile`). In
+  CPU mode the autotuner cannot run (it needs a driver to time with): one small fixed
+  setting, or the one passed in; :func:`try_space` runs any list of candidates once.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import triton.language as tl
 from ... import runtime
 from ...dtypes import FLOAT_DTYPES
 from ..checks import check_32bit_offsets, check_tensor
-from . import persistent, streamk
+from . import persistent, precompile, streamk
 from . import plan as plans
 from .config import TileConfig
 from .space import (CONFIG_SPACE, CONSTEXPRS, KEYS,  # noqa: F401 (re-exported)
@@ -418,6 +418,8 @@ def _v6_plan(a, b, config, row_bytes, keep, verify=True):
     extra = {} if config is None else config.as_dict(KEYS)
     tail = (ws, locks, M, n_padded, K, N, *a_run.stride(), *b_run.stride(), *c.stride(),
             *shape_key(M, N, K))
+    if config is None and runtime.is_gpu():     # the candidates compiled side by side first
+        precompile.tuner_candidates(kernel, (a_run, b_run, c, *tail), {})
     compiled = kernel[grid](a_run, b_run, c, *tail, **extra)
     chosen = config if config is not None else TileConfig.from_triton(kernel.best_config)
     run = _direct(compiled, prepare, a_run, b_run, c, tail, chosen, verify) if keep else None
@@ -453,16 +455,14 @@ def _direct(compiled, prepare, a, b, c, tail, config, verify=True):
     full_tail = (*tail, *chosen.values(), align_a(shape), align_b(shape), align_c(shape))
     grid = (triton.cdiv(c.shape[0], chosen["BLOCK_M"]) * triton.cdiv(tail[3], chosen["BLOCK_N"]),
             chosen["SPLIT_K"], 1)
-    if verify:
+    if verify:                  # the direct launch must give exactly the first launch's C
         again = torch.empty_like(c)
         try:
             compiled[grid](a, b, again, *full_tail)
-            same = torch.equal(again, c)
         except Exception:
-            same = False
-        if not same:
             return None
-
+        if not torch.equal(again, c):
+            return None
     shape, device, dtype = c.shape, c.device, c.dtype
 
     def run(a, b):
