@@ -7,6 +7,8 @@ notebooks draw their figures from them.
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import sys
 import time
 from pathlib import Path
@@ -15,11 +17,16 @@ from . import experiments, records, runtime
 
 
 def main(argv: list[str] | None = None) -> int:
-    known = sorted(experiments.load_all())
+    registry = experiments.load_all()
+    known = sorted(registry)
     parser = argparse.ArgumentParser(prog="./course record", description=__doc__)
     parser.add_argument("names", nargs="*", help=f"experiments to run (default: all): {known}")
     parser.add_argument("--out", type=Path, default=records.RECORDS_DIR,
                         help="folder for the JSON files (default: helpers/records)")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="an argument of the one experiment named, e.g. --option part=2/2 "
+                             "--option earlier=helpers/records/matmul_shapes__H200.json; VALUE "
+                             "is read as JSON where it parses (numbers), else as text")
     args = parser.parse_args(argv)
     if not runtime.is_gpu():
         print("./course record needs a CUDA GPU: records are real GPU measurements.",
@@ -29,10 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown experiment(s) {unknown}; known: {known}", file=sys.stderr)
         return 2
+    try:
+        options = _options(args.option, args.names, registry)
+    except ValueError as err:
+        print(f"./course record: {err}", file=sys.stderr)
+        return 2
     for name in args.names or known:
         start = time.perf_counter()
         try:
-            rec = records.measure(name)
+            rec = records.measure(name, **options)
         except runtime.NeedsGPUError as err:
             if args.names:                   # asked for by name: say so and fail
                 raise
@@ -43,6 +55,26 @@ def main(argv: list[str] | None = None) -> int:
         path = records.write(rec, args.out)
         print(f"{name}: {path} ({time.perf_counter() - start:.0f} s)", flush=True)
     return 0
+
+
+def _options(given: list[str], names: list[str], known: dict) -> dict:
+    """``--option NAME=VALUE`` as keyword arguments of the one experiment named."""
+    if not given:
+        return {}
+    if len(names) != 1:
+        raise ValueError(f"--option goes to one experiment; name exactly one, not {names or 'all'}")
+    params = inspect.signature(known[names[0]]).parameters
+    options = {}
+    for text in given:
+        name, eq, value = text.partition("=")
+        if not eq or name not in params:
+            raise ValueError(f"--option {text!r}: write NAME=VALUE with NAME one of "
+                             f"{names[0]}'s arguments {sorted(params)}")
+        try:
+            options[name] = json.loads(value)
+        except ValueError:
+            options[name] = value
+    return options
 
 
 if __name__ == "__main__":

@@ -109,3 +109,65 @@ def test_a_small_draw_runs_and_checks_its_outputs():
         assert row["error"] < 2e-2 and row["linear_error"] < 2e-2, row
         assert row["ours_ms"] > 0 and row["vs_cublas"] > 0
     assert {r["M"] for r in out["back_to_back"]} == {m for m, _, _ in ms.LOOP_SHAPES}
+
+
+HERE = {"gpu": "NVIDIA H200", "sms": 132, "commit": "abc123"}
+
+
+@pytest.fixture
+def stand_in_rows(monkeypatch):
+    """The experiment without a GPU: this machine is ``HERE``, a row is its shape and seed."""
+    timed = []
+
+    def time_row(shape, ours, seed):
+        timed.append(seed)
+        return {"label": shape.label, "dtype": shape.dtype, "aligned": shape.aligned,
+                "seed": seed, "vs_cublas": 1.0, "linear_vs_f_linear": 1.0}
+
+    monkeypatch.setattr(ms, "_here", lambda: dict(HERE))
+    monkeypatch.setattr(ms, "_time_row", time_row)
+    monkeypatch.setattr(ms, "back_to_back", lambda ours: [{"M": 1000}])
+    return timed
+
+
+def _written(results, tmp_path, **provenance):
+    from helpers import records
+
+    rec = records.Record("matmul_shapes", {"gpu": HERE["gpu"], "gpu_key": "H200",
+                                           "commit": HERE["commit"], **provenance}, results)
+    return str(records.write(rec, tmp_path))
+
+
+def test_parts_measure_the_draw_in_turn_and_only_the_last_is_complete(stand_in_rows, tmp_path):
+    first = ms.matmul_shapes(count=10, part="1/3")
+    assert first["part"] == "1/3" and len(first["rows"]) == 3 and "summary" not in first
+    assert "part=2/3" in first["note"]
+    second = ms.matmul_shapes(count=10, part="2/3", earlier=_written(first, tmp_path))
+    assert second["seed"] == first["seed"] and len(second["rows"]) == 6
+    last = ms.matmul_shapes(count=10, part="3/3", earlier=_written(second, tmp_path))
+    assert "summary" in last and last["back_to_back"] == [{"M": 1000}]
+    whole = ms.matmul_shapes(seed=first["seed"], count=10)
+    assert last["rows"] == whole["rows"], "three parts measure what one run would"
+    assert stand_in_rows[-10:] == [first["seed"] + i for i in range(10)]
+
+
+@pytest.mark.parametrize("part, earlier, match", [
+    ("3/2", None, "1 <= k <= n"),
+    ("two of three", None, "k/n"),
+    ("2/2", None, "pass earlier="),
+    ("2/2", {"part": "1/3"}, "holds part 1/3, not part 1/2"),
+    ("2/2", {"count": 12}, "its count is 12"),
+    ("2/2", {"sms": 114}, "its SM count is 114"),
+    ("2/2", {"rows": []}, "holds 0 rows"),
+    ("2/2", {"gpu": "NVIDIA H100 80GB HBM3"}, "its GPU is 'NVIDIA H100"),
+    ("2/2", {"commit": "def456"}, "its commit is 'def456'"),
+    ("2/2", {"seed": 5}, "its seed is 5, this run's 4"),
+])
+def test_a_part_that_cannot_continue_says_why(stand_in_rows, tmp_path, part, earlier, match):
+    path = None
+    if earlier is not None:
+        first = {**ms.matmul_shapes(seed=4, count=10, part="1/2")}
+        where = {k: earlier.pop(k) for k in ("gpu", "commit") if k in earlier}
+        path = _written({**first, **earlier}, tmp_path, **where)
+    with pytest.raises(ValueError, match=match):
+        ms.matmul_shapes(seed=4, count=10, part=part, earlier=path)

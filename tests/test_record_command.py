@@ -33,3 +33,36 @@ def test_all_skips_what_needs_more_gpus_and_says_why(two_experiments, capsys):
 def test_a_named_experiment_that_cannot_run_fails(two_experiments):
     with pytest.raises(runtime.NeedsGPUError):
         record.main(["needs_four_gpus"])
+
+
+@pytest.fixture
+def one_experiment(monkeypatch, tmp_path):
+    asked = []
+
+    def drawn(seed=None, part="1/1"):
+        return {}
+
+    def measure(name, **options):
+        asked.append((name, options))
+        return name
+
+    monkeypatch.setattr(runtime, "is_gpu", lambda: True)
+    monkeypatch.setattr(record.experiments, "load_all", lambda: {"drawn": drawn})
+    monkeypatch.setattr(records, "measure", measure)
+    monkeypatch.setattr(records, "write", lambda rec, out: tmp_path / f"{rec}.json")
+    return asked
+
+
+def test_options_reach_the_experiment_as_its_arguments(one_experiment):
+    assert record.main(["drawn", "--option", "part=2/3", "--option", "seed=17"]) == 0
+    assert one_experiment == [("drawn", {"part": "2/3", "seed": 17})]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--option", "seed=1"], "name exactly one"),
+    (["drawn", "--option", "seed"], "NAME=VALUE"),
+    (["drawn", "--option", "count=4"], "['part', 'seed']"),
+])
+def test_an_option_that_cannot_be_given_is_refused(one_experiment, capsys, argv, says):
+    assert record.main(argv) == 2
+    assert says in capsys.readouterr().err and one_experiment == []

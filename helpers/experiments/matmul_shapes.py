@@ -260,17 +260,83 @@ def back_to_back(ours, calls: int = LOOP_CALLS) -> list[dict]:
     return out
 
 
+def _part(part: str, count: int) -> tuple[int, int]:
+    """``"k/n"`` as ``(k, n)``: the k-th of n runs that measure the draw's rows in turn."""
+    try:
+        k, n = (int(x) for x in str(part).split("/"))
+    except ValueError:
+        k = n = 0
+    if not 1 <= k <= n <= count:
+        raise ValueError(f"part reads 'k/n' with 1 <= k <= n <= {count} (the shapes drawn), "
+                         f"got {part!r}: run part=1/2, then part=2/2 with earlier=<the JSON "
+                         "file part 1 wrote>")
+    return k, n
+
+
+def _here() -> dict:
+    """This GPU and this tree, as a record's provenance names them."""
+    from .. import records
+
+    here = records.provenance()
+    return {"gpu": here["gpu"], "sms": here["sm_count"], "commit": here.get("commit")}
+
+
+def _earlier(path, k: int, n: int, seed, count: int, here: dict, start: int):
+    """The seed and rows of part ``k - 1`` of ``n``, from the record it wrote at ``path``."""
+    from .. import records
+
+    if not path:
+        raise ValueError(f"part {k}/{n} continues part {k - 1}/{n}: pass earlier=<the JSON "
+                         f"file part {k - 1} wrote>")
+    rec = records.read(path)
+    got, made = rec.results, rec.provenance
+    problems = []
+    if rec.name != "matmul_shapes":
+        problems.append(f"it is a {rec.name!r} record")
+    elif got.get("part") != f"{k - 1}/{n}":
+        problems.append(f"it holds part {got.get('part')}, not part {k - 1}/{n}")
+    else:
+        checks = [("seed", got.get("seed"), seed), ("count", got.get("count"), count),
+                  ("GPU", made.get("gpu"), here["gpu"]), ("SM count", got.get("sms"), here["sms"]),
+                  ("commit", made.get("commit"), here["commit"])]
+        for what, theirs, mine in checks:
+            if mine is not None and theirs != mine:
+                problems.append(f"its {what} is {theirs!r}, this run's {mine!r}")
+        if len(got.get("rows") or []) != start:
+            problems.append(f"it holds {len(got.get('rows') or [])} rows, parts 1-{k - 1} "
+                            f"measure {start}")
+    if problems:
+        raise ValueError(f"{path} cannot be continued as part {k}/{n}: " + "; ".join(problems))
+    return got["seed"], list(got["rows"])
+
+
 @experiment("matmul_shapes")
-def matmul_shapes(seed: int | None = None, count: int = COUNT) -> dict:
-    """Draw ``count`` shapes (a fresh seed unless given, kept in the record), time each."""
+def matmul_shapes(seed: int | None = None, count: int = COUNT, part: str = "1/1",
+                  earlier: str | None = None) -> dict:
+    """Draw ``count`` shapes (a fresh seed unless given, kept in the record), time each.
+
+    ``part="k/n"`` measures the k-th of n slices of the draw, for a GPU lent in calls
+    shorter than the whole run (each row tunes two layouts on a cold cache): part 1 draws
+    the seed; each later part continues the record the one before wrote (``earlier=<its
+    JSON file>``) on the same GPU model and commit; the last adds the summaries and the
+    back-to-back loops, and only its record is complete.
+    """
     from ..kernels.matmul import matmul
 
+    k, n = _part(part, count)
+    here = _here()
+    start, stop = (k - 1) * count // n, k * count // n
+    rows = []
+    if k > 1:
+        seed, rows = _earlier(earlier, k, n, seed, count, here, start)
     seed = random.SystemRandom().randrange(2**31) if seed is None else int(seed)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    shapes = draw(seed, sms, count)
-    rows = [_time_row(s, matmul, seed + i) for i, s in enumerate(shapes)]
-    return {"seed": seed, "sms": sms, "rows": rows,
-            "summary": summary(rows), "linear_summary": summary(rows, "linear_vs_f_linear"),
+    shapes = draw(seed, here["sms"], count)
+    rows += [_time_row(s, matmul, seed + i) for i, s in enumerate(shapes[start:stop], start)]
+    out = {"seed": seed, "sms": here["sms"], "count": count, "part": f"{k}/{n}", "rows": rows}
+    if k < n:
+        return {**out, "note": f"part {k} of {n}: rows 1-{stop} of {count}; continue with "
+                               f"part={k + 1}/{n} earlier=<this file>"}
+    return {**out, "summary": summary(rows), "linear_summary": summary(rows, "linear_vs_f_linear"),
             "back_to_back": back_to_back(matmul),
             "note": "vs_cublas: the faster of cuBLAS as given and on operands padded to "
                     "multiples of 8 (rows off 8 only), over ours; cold L2, medians of "
