@@ -70,6 +70,8 @@ def _options(given: list[str], names: list[str], known: dict) -> dict:
         if not eq or name not in params:
             raise ValueError(f"--option {text!r}: write NAME=VALUE with NAME one of "
                              f"{names[0]}'s arguments {sorted(params)}")
+        if name in options:
+            raise ValueError(f"--option {name} is given twice")
         try:
             options[name] = json.loads(value)
         except ValueError:

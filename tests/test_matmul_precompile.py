@@ -34,16 +34,30 @@ def test_a_compile_that_fails_leaves_no_compile_deferred():
             return key
         return lambda: _async_compile.active_mode.get().submit(key, compile_fn, finished.append)
 
-    calls = [deferred("a", False), deferred("b", True), lambda: 1 / 0]
-    assert precompile.side_by_side(calls) == 3
+    # "b" fails first, so the mode's exit stops before it finalizes "c": side_by_side must.
+    calls = [deferred("b", True), deferred("c", False), deferred("a", False), lambda: 1 / 0]
+    assert precompile.side_by_side(calls) == 4
     assert _async_compile.active_mode.get() is None, "later compiles would stay deferred"
-    assert precompile.side_by_side([deferred("c", False)]) == 1
-    assert "c" in finished and _async_compile.active_mode.get() is None
+    assert sorted(finished) == ["a", "c"], "a compile that finished is left as a future"
+    assert precompile.side_by_side([deferred("d", False)]) == 1
+    assert "d" in finished and _async_compile.active_mode.get() is None
 
 
-class _Box:
-    def __init__(self):
-        self.block_shape = [1, 1]
+@needs_async
+def test_a_compile_mode_already_on_is_left_alone():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from triton.runtime import _async_compile
+
+    with ThreadPoolExecutor(1) as pool, _async_compile.AsyncCompileMode(pool) as theirs:
+        assert precompile.side_by_side([lambda: None]) == 0
+        assert _async_compile.active_mode.get() is theirs
+
+
+def _box():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(torch.empty(64, 64, dtype=torch.float16), [64, 64], [64, 1], [1, 1])
 
 
 def _stand_in_tuner(cache=()):
@@ -69,7 +83,7 @@ def _stand_in_tuner(cache=()):
 def test_the_settings_compiled_are_the_pruned_ones_each_with_its_hook(monkeypatch):
     monkeypatch.setattr(precompile, "side_by_side",
                         lambda calls: [c() for c in calls] and len(calls))
-    tuner, desc = _stand_in_tuner(), _Box()
+    tuner, desc = _stand_in_tuner(), _box()
     assert precompile.tuner_candidates(tuner, (desc, 100, 128), {"GROUP": 8}) == 2
     assert [(args[0].block_shape, kw["BLOCK"], kw["num_warps"], kw["GROUP"], kw["grid"])
             for args, kw in tuner.warmed] == [([64, 64], 64, 4, 8, (1,)),
@@ -81,9 +95,9 @@ def test_the_settings_compiled_are_the_pruned_ones_each_with_its_hook(monkeypatc
 def test_a_key_the_tuner_knows_compiles_nothing(monkeypatch):
     monkeypatch.setattr(precompile, "side_by_side", lambda calls: pytest.fail("compiled"))
     tuner = _stand_in_tuner(cache=[(128,)])
-    assert precompile.tuner_candidates(tuner, (_Box(), 100, 128), {}) == 0
+    assert precompile.tuner_candidates(tuner, (_box(), 100, 128), {}) == 0
     monkeypatch.setattr(precompile, "ENABLED", False)
-    assert precompile.tuner_candidates(_stand_in_tuner(), (_Box(), 100, 128), {}) == 0
+    assert precompile.tuner_candidates(_stand_in_tuner(), (_box(), 100, 128), {}) == 0
 
 
 def _compiled(tuner) -> int:
@@ -119,8 +133,10 @@ def test_compiled_side_by_side_then_tuned_on_what_was_built(kernel, monkeypatch)
     submitted = precompile.tuner_candidates(tuner, args, kwargs)
     assert submitted >= 2, "a fresh key should compile several candidates"
     assert _compiled(tuner) - built == submitted, "each candidate is one more compiled kernel"
+    before = _compiled(tuner)
     run = mt.matmul_tuned if kernel == "v6" else (lambda x, y: mp.launch(x, y)[0])
     got = run(a, b).float()
+    assert _compiled(tuner) == before, "the tuner compiled again what was compiled for it"
     want = a.float() @ b.float()
     assert ((got - want).abs().max() / want.abs().max()).item() < 2e-2
     assert precompile.tuner_candidates(tuner, args, kwargs) == 0, "the key is known now"

@@ -111,7 +111,8 @@ def test_a_small_draw_runs_and_checks_its_outputs():
     assert {r["M"] for r in out["back_to_back"]} == {m for m, _, _ in ms.LOOP_SHAPES}
 
 
-HERE = {"gpu": "NVIDIA H200", "sms": 132, "commit": "abc123"}
+HERE = {"gpu": "NVIDIA H200", "sms": 132, "git_commit": "abc123", "git_dirty": False,
+        "torch": "2.11.0", "triton": "3.6.0"}
 
 
 @pytest.fixture
@@ -133,8 +134,8 @@ def stand_in_rows(monkeypatch):
 def _written(results, tmp_path, **provenance):
     from helpers import records
 
-    rec = records.Record("matmul_shapes", {"gpu": HERE["gpu"], "gpu_key": "H200",
-                                           "commit": HERE["commit"], **provenance}, results)
+    made = {k: v for k, v in HERE.items() if k != "sms"}
+    rec = records.Record("matmul_shapes", {**made, "gpu_key": "H200", **provenance}, results)
     return str(records.write(rec, tmp_path))
 
 
@@ -160,14 +161,32 @@ def test_parts_measure_the_draw_in_turn_and_only_the_last_is_complete(stand_in_r
     ("2/2", {"sms": 114}, "its SM count is 114"),
     ("2/2", {"rows": []}, "holds 0 rows"),
     ("2/2", {"gpu": "NVIDIA H100 80GB HBM3"}, "its GPU is 'NVIDIA H100"),
-    ("2/2", {"commit": "def456"}, "its commit is 'def456'"),
+    ("2/2", {"git_commit": "def456"}, "its git_commit is 'def456'"),
+    ("2/2", {"git_dirty": True}, "its git_dirty is True"),
+    ("2/2", {"triton": "3.5.0"}, "its triton is '3.5.0'"),
     ("2/2", {"seed": 5}, "its seed is 5, this run's 4"),
+    ("2/2", {"rows": "reversed"}, "not the first 5 shapes of seed 4's draw"),
+    ("1/2", {}, "continues no earlier part"),
 ])
 def test_a_part_that_cannot_continue_says_why(stand_in_rows, tmp_path, part, earlier, match):
     path = None
     if earlier is not None:
         first = {**ms.matmul_shapes(seed=4, count=10, part="1/2")}
-        where = {k: earlier.pop(k) for k in ("gpu", "commit") if k in earlier}
+        if earlier.get("rows") == "reversed":
+            earlier["rows"] = first["rows"][::-1]
+        where = {k: earlier.pop(k) for k in ("gpu", *HERE) if k in earlier and k != "sms"}
         path = _written({**first, **earlier}, tmp_path, **where)
     with pytest.raises(ValueError, match=match):
         ms.matmul_shapes(seed=4, count=10, part=part, earlier=path)
+
+
+def test_a_committed_record_is_the_whole_draw():
+    """Parts before the last write their record where the last one will: only a whole
+    draw, with its summaries, is kept."""
+    from helpers import records
+
+    for gpu in records.available("matmul_shapes"):
+        got = records.load("matmul_shapes", gpu).results
+        k, n = got.get("part", "1/1").split("/")
+        assert k == n and "summary" in got, f"{gpu}: part {k} of {n}, not the whole draw"
+        assert len(got["rows"]) == got.get("count", len(got["rows"]))

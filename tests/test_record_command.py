@@ -62,6 +62,7 @@ def test_options_reach_the_experiment_as_its_arguments(one_experiment):
     (["--option", "seed=1"], "name exactly one"),
     (["drawn", "--option", "seed"], "NAME=VALUE"),
     (["drawn", "--option", "count=4"], "['part', 'seed']"),
+    (["drawn", "--option", "seed=1", "--option", "seed=2"], "given twice"),
 ])
 def test_an_option_that_cannot_be_given_is_refused(one_experiment, capsys, argv, says):
     assert record.main(argv) == 2

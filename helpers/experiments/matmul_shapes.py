@@ -278,7 +278,8 @@ def _here() -> dict:
     from .. import records
 
     here = records.provenance()
-    return {"gpu": here["gpu"], "sms": here["sm_count"], "commit": here.get("commit")}
+    return {"gpu": here["gpu"], "sms": here["sm_count"],
+            **{k: here.get(k) for k in ("git_commit", "git_dirty", "torch", "triton")}}
 
 
 def _earlier(path, k: int, n: int, seed, count: int, here: dict, start: int):
@@ -297,14 +298,21 @@ def _earlier(path, k: int, n: int, seed, count: int, here: dict, start: int):
         problems.append(f"it holds part {got.get('part')}, not part {k - 1}/{n}")
     else:
         checks = [("seed", got.get("seed"), seed), ("count", got.get("count"), count),
-                  ("GPU", made.get("gpu"), here["gpu"]), ("SM count", got.get("sms"), here["sms"]),
-                  ("commit", made.get("commit"), here["commit"])]
+                  ("GPU", made.get("gpu"), here["gpu"]), ("SM count", got.get("sms"), here["sms"])]
+        checks += [(key, made.get(key), here[key])
+                   for key in ("git_commit", "git_dirty", "torch", "triton")]
         for what, theirs, mine in checks:
-            if mine is not None and theirs != mine:
+            if (mine is not None or what == "git_dirty") and theirs != mine:
                 problems.append(f"its {what} is {theirs!r}, this run's {mine!r}")
-        if len(got.get("rows") or []) != start:
-            problems.append(f"it holds {len(got.get('rows') or [])} rows, parts 1-{k - 1} "
-                            f"measure {start}")
+        rows = got.get("rows") or []
+        if len(rows) != start:
+            problems.append(f"it holds {len(rows)} rows, parts 1-{k - 1} measure {start}")
+        elif not problems:              # the rows are the draw's first ones, in order
+            drawn = draw(got["seed"], here["sms"], count)[:start]
+            if [(r.get("label"), r.get("dtype")) for r in rows] != \
+                    [(d.label, d.dtype) for d in drawn]:
+                problems.append(f"its rows are not the first {start} shapes of seed "
+                                f"{got['seed']}'s draw")
     if problems:
         raise ValueError(f"{path} cannot be continued as part {k}/{n}: " + "; ".join(problems))
     return got["seed"], list(got["rows"])
@@ -323,7 +331,11 @@ def matmul_shapes(seed: int | None = None, count: int = COUNT, part: str = "1/1"
     """
     from ..kernels.matmul import matmul
 
+    count = int(count)
     k, n = _part(part, count)
+    if k == 1 and earlier:
+        raise ValueError(f"part {k}/{n} starts the draw: it continues no earlier part "
+                         f"(earlier={earlier!r})")
     here = _here()
     start, stop = (k - 1) * count // n, k * count // n
     rows = []

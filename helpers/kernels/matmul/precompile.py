@@ -23,13 +23,15 @@ import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from triton.tools.tensor_descriptor import TensorDescriptor
+
 try:                                    # Triton 3.4 and later
     from triton.runtime import _async_compile
 except ImportError:                     # an older Triton compiles one setting at a time
     _async_compile = None
 
 ENABLED = True
-WORKERS = max(1, min(8, os.cpu_count() or 1))
+WORKERS = max(1, min(8, len(os.sched_getaffinity(0))))   # the cores this process may use
 
 
 def known(tuner, named: dict) -> bool:
@@ -44,7 +46,7 @@ def known(tuner, named: dict) -> bool:
 def tuner_candidates(tuner, args: tuple, kwargs: dict) -> int:
     """Compile, side by side, every setting ``tuner`` will time for ``tuner[grid](*args,
     **kwargs)``; how many were submitted (0: nothing to do or no way to do it here)."""
-    if not ENABLED or _async_compile is None or len(tuner.configs) < 2:
+    if not ENABLED or _async_compile is None:
         return 0
     named = {**dict(zip(tuner.arg_names, args)), **kwargs}
     if known(tuner, named):
@@ -54,11 +56,14 @@ def tuner_candidates(tuner, args: tuple, kwargs: dict) -> int:
         configs = tuner.prune_configs(kwargs)
     finally:
         tuner.nargs = None
+    if len(configs) < 2:                    # one setting: the launch compiles it anyway
+        return 0
     calls = []
     for config in configs:
         call_args = args
         if config.pre_hook is not None:      # on copies: the caller's arguments stay as given
-            hooked = {k: copy.copy(v) for k, v in named.items()}
+            hooked = {k: copy.copy(v) if isinstance(v, TensorDescriptor) else v
+                      for k, v in named.items()}
             config.pre_hook({**hooked, **config.all_kwargs()})
             call_args = tuple(hooked[name] for name in tuner.arg_names[:len(args)])
         calls.append(functools.partial(tuner.fn.warmup, *call_args, grid=(1,), **kwargs,
@@ -68,13 +73,17 @@ def tuner_candidates(tuner, args: tuple, kwargs: dict) -> int:
 
 def side_by_side(warmups: list) -> int:
     """Run each ``warmup`` (a kernel's ``.warmup(...)``: compile, do not launch) with its
-    compilation in a worker thread; wait for all. A setting that fails to compile is left
-    for the tuner's own launch to compile again and report."""
-    if not warmups or _async_compile is None:
+    compilation in a worker thread; wait for all. A setting that fails to compile keeps its
+    error, which the tuner's own launch of it raises and reports as it would have.
+
+    Nothing is done while another compile mode is on (Inductor's, say): it is not ours to
+    end."""
+    if not warmups or _async_compile is None or _async_compile.active_mode.get() is not None:
         return 0
     with ThreadPoolExecutor(WORKERS) as pool:
+        mode = _async_compile.AsyncCompileMode(pool)
         try:
-            with _async_compile.AsyncCompileMode(pool):
+            with mode:
                 for warmup in warmups:
                     try:
                         warmup()
@@ -83,5 +92,13 @@ def side_by_side(warmups: list) -> int:
         except Exception:                   # noqa: BLE001 - a compile failed: as above
             pass
         finally:
-            _async_compile.active_mode.set(None)   # never leave later compiles deferred
+            _async_compile.active_mode.set(None)    # never leave later compiles deferred
+            # Every compile that finished goes into its kernel cache as a compiled kernel:
+            # the mode's exit stops at the first failure and would leave the rest as
+            # futures, which a launcher that indexes a compiled kernel cannot use.
+            for future in getattr(mode, "future_kernels", {}).values():
+                try:
+                    future.result()
+                except Exception:           # noqa: BLE001 - kept as the failed future
+                    pass
     return len(warmups)
