@@ -1,11 +1,16 @@
-"""Probe: on shapes where the tuned matmul loses to cuBLAS, every plan it could have run."""
-import json, os, sys
+"""Probe: on shapes where the tuned matmul lost to cuBLAS (an H200 sample, seed 12345), every
+plan it could have run: the persistent kernel and stream-K with each setting of the space,
+and a few more settings. One do_bench each, in turn, not interleaved: later rows run on a
+GPU whose clock has fallen, so read a ratio only beside its neighbours.
+
+    PYTHONPATH=$PWD python3 tests/gpu/matmul_diag.py      # $OUT/diag.json
+"""
+import json, os
 import torch
 from triton.testing import do_bench
 from helpers.kernels.matmul import matmul, persistent, streamk
 from helpers.kernels.matmul.config import TileConfig
-from helpers.kernels.matmul.tuned import last_choice, matmul_kernel_v6_fixed, CONFIG_SPACE, _v6_plan
-from helpers.kernels.matmul import plan as plans
+from helpers.kernels.matmul.tuned import last_choice
 
 SHAPES = [(273, 4096, 4096), (2256, 984, 3072), (472, 4408, 1792), (2520, 1704, 7040),
           (1615, 1024, 4096), (2418, 4096, 4096), (4096, 4096, 4096)]

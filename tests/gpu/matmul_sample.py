@@ -1,4 +1,9 @@
-"""Probe: matmul_shapes rows one at a time, each appended to $OUT/rows.jsonl (survives a timeout)."""
+"""Probe: the drawn matmul sweep's rows one at a time, each appended to
+$OUT/rows_<seed>_<precompile>.jsonl as it finishes (what ran survives a timeout).
+
+    PYTHONPATH=$PWD python3 tests/gpu/matmul_sample.py SEED COUNT
+    PRECOMPILE=0 TRITON_CACHE_DIR=/tmp/tc0 python3 ...   # candidates compiled one at a time
+"""
 import json, os, sys, time
 import torch
 from helpers.experiments import matmul_shapes as ms
