@@ -108,6 +108,14 @@ def _compiled(tuner) -> int:
     return sum(len(cache[0]) for cache in fn.device_caches.values())
 
 
+def test_a_tuner_that_cannot_be_read_is_left_to_compile_alone(monkeypatch):
+    monkeypatch.setattr(precompile, "side_by_side", lambda calls: pytest.fail("compiled"))
+    tuner = _stand_in_tuner()
+    tuner.prune_configs = lambda kwargs: 1 / 0
+    assert precompile.tuner_candidates(tuner, (_box(), 100, 128), {}) == 0
+    assert tuner.nargs is None
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", ["v6", "persistent"])
 def test_compiled_side_by_side_then_tuned_on_what_was_built(kernel, monkeypatch):

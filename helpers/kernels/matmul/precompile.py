@@ -45,19 +45,32 @@ def known(tuner, named: dict) -> bool:
 
 def tuner_candidates(tuner, args: tuple, kwargs: dict) -> int:
     """Compile, side by side, every setting ``tuner`` will time for ``tuner[grid](*args,
-    **kwargs)``; how many were submitted (0: nothing to do or no way to do it here)."""
+    **kwargs)``; how many were submitted (0: nothing to do or no way to do it here).
+
+    Only a head start: whatever goes wrong here (a Triton whose tuner reads its arguments
+    otherwise, say) leaves the tuner to compile each setting itself, as it always could."""
     if not ENABLED or _async_compile is None:
         return 0
+    try:
+        calls = _warmups(tuner, args, kwargs)
+    except Exception:                       # noqa: BLE001 - see the docstring
+        return 0
+    return side_by_side(calls) if calls else 0
+
+
+def _warmups(tuner, args: tuple, kwargs: dict) -> list:
+    """One ``warmup`` call per setting ``tuner`` will time for this call (none if it
+    knows the call's key or keeps a single setting)."""
     named = {**dict(zip(tuner.arg_names, args)), **kwargs}
     if known(tuner, named):
-        return 0
+        return []
     tuner.nargs = named
     try:
         configs = tuner.prune_configs(kwargs)
     finally:
         tuner.nargs = None
     if len(configs) < 2:                    # one setting: the launch compiles it anyway
-        return 0
+        return []
     calls = []
     for config in configs:
         call_args = args
@@ -68,7 +81,7 @@ def tuner_candidates(tuner, args: tuple, kwargs: dict) -> int:
             call_args = tuple(hooked[name] for name in tuner.arg_names[:len(args)])
         calls.append(functools.partial(tuner.fn.warmup, *call_args, grid=(1,), **kwargs,
                                        **config.all_kwargs()))
-    return side_by_side(calls)
+    return calls
 
 
 def side_by_side(warmups: list) -> int:
