@@ -45,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         try:
             rec = records.measure(name, **options)
+        except ValueError as err:
+            if not options:
+                raise
+            # An option the experiment refused (a part that cannot continue, say): its
+            # message says which and why.
+            print(f"./course record {name}: {err}", file=sys.stderr)
+            return 2
         except runtime.NeedsGPUError as err:
             if args.names:                   # asked for by name: say so and fail
                 raise

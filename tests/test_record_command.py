@@ -67,3 +67,15 @@ def test_options_reach_the_experiment_as_its_arguments(one_experiment):
 def test_an_option_that_cannot_be_given_is_refused(one_experiment, capsys, argv, says):
     assert record.main(argv) == 2
     assert says in capsys.readouterr().err and one_experiment == []
+
+
+def test_an_option_the_experiment_refuses_is_reported_without_a_traceback(one_experiment,
+                                                                         monkeypatch, capsys):
+    def refuse(name, **options):
+        raise ValueError("part 2/2 continues part 1/2: pass earlier=<the JSON file part 1 wrote>")
+
+    monkeypatch.setattr(records, "measure", refuse)
+    assert record.main(["drawn", "--option", "part=2/2"]) == 2
+    assert "./course record drawn: part 2/2 continues" in capsys.readouterr().err
+    with pytest.raises(ValueError):                  # without options: a bug, shown whole
+        record.main(["drawn"])
