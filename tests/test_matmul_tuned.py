@@ -114,6 +114,27 @@ def test_packer_copies_both_operands_into_rows_on_the_boundary_asked_for():
     assert not plans.on_rows_of(a, plans.VECTOR)
 
 
+def test_candidate_plans_are_timed_in_turn_and_each_keeps_its_median(monkeypatch):
+    # A GPU that slows down over the timing slows every candidate alike: each round times
+    # every plan once, in turn, and a plan's time is the median of its rounds.
+    calls, slow = [], iter(range(100))
+    a, b = torch.zeros(2, 2), torch.zeros(2, 2)
+
+    def time_ms(fn, **options):
+        calls.append(fn())
+        return {"v6": 1.0, "persistent": 0.5}[calls[-1]] + next(slow)   # a falling clock
+
+    monkeypatch.setattr(plans.bench, "time_ms", time_ms)
+    runs = {"v6": lambda x, y: "v6", "persistent": lambda x, y: "persistent"}
+    times = plans.time_plans(runs, a, b, rounds=3)
+    assert calls == ["v6", "persistent"] * 3
+    assert times == {"v6": 1.0 + 2, "persistent": 0.5 + 3}
+    calls.clear()
+    slow = iter(range(100))
+    assert plans.time_plans({"persistent": runs["persistent"]}, a, b, rounds=1) == \
+        {"persistent": 0.5}
+
+
 def test_decisions_round_trip_through_tritons_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     decisions = plans.Decisions(salt="test")

@@ -20,7 +20,7 @@ candidates on a shape's first call, times each whole plan, and keeps the fastest
 each on the operands as given and, when their rows do not start on 128-byte lines, on copies
 that do. "As given" means no copy by the plan: the persistent kernel still pads B itself
 where :func:`~helpers.kernels.matmul.persistent.pads_b` says so. Each plan is timed whole,
-copies included (:func:`time_plan`). The copy is one launch, built on the shape's first call
+copies included, the candidates in turn (:func:`time_plans`). The copy is one launch, built on the shape's first call
 and launched compiled after that (:mod:`~helpers.kernels.matmul.pack`): at these sizes the
 host's Python work per call would cost more than the copy.
 
@@ -52,6 +52,7 @@ import json
 import torch
 import triton
 
+from ... import bench
 from .pack import packer
 from .persistent import stored, transposed
 
@@ -110,9 +111,24 @@ def operand_packer(a, b, pad_a: bool, pad_b: bool, n_padded: int, row_bytes: int
     return prepare
 
 
-def time_plan(run, a: torch.Tensor, b: torch.Tensor) -> float:
-    """Median milliseconds of one whole plan, copies included, each run with a cold L2."""
-    return float(triton.testing.do_bench(lambda: run(a, b), return_mode="median"))
+# Rounds in which the candidate plans of a shape are timed, each round every plan in turn.
+PLAN_ROUNDS = 3
+
+
+def time_plans(runs: dict, a: torch.Tensor, b: torch.Tensor, rounds: int = PLAN_ROUNDS) -> dict:
+    """``name -> run`` as ``name -> ms``: each whole plan's median time over ``rounds``
+    rounds, every plan once a round, in turn (A B C, A B C, ...), each run with a cold L2.
+
+    In turn, not one plan after another: under a long load an H200's SM clock fell from
+    about 1,980 to 1,560 MHz, and a plan timed after the others ran on the slower chip. One
+    plan after another on an H200 (4096^3 fp16, the timings kept in a decision), the
+    tuned path kept v6 at 215 us, while the persistent kernel, timed on its own first,
+    took 193.5 us. Rounds cost ``rounds`` times the timing of one (a few seconds, once per
+    shape, beside the tuners' own search)."""
+    fns = {name: (lambda run=run: run(a, b)) for name, run in runs.items()}
+    # Shorter runs than a single timing's, as several rounds give the median its samples.
+    timed = bench.time_rounds(fns, rounds=rounds, warmup_ms=10, rep_ms=40)
+    return {name: spread["ms"] for name, spread in timed.items()}
 
 
 class Decisions:

@@ -308,7 +308,7 @@ def _first_call(a, b, config, key) -> torch.Tensor:
                                                              row_bytes)
                     except ValueError:  # its C tile does not fit beside two stages
                         pass
-    times = {name: plans.time_plan(run, a, b) for name, (_, run, _) in candidates.items()}
+    times = plans.time_plans({name: run for name, (_, run, _) in candidates.items()}, a, b)
     (name, row_bytes), ms = min(times.items(), key=lambda item: item[1])
     c, run, chosen = candidates[name, row_bytes]
     keys = persistent.KEYS if name.split()[0] in ("persistent", "streamk") else KEYS
