@@ -391,48 +391,6 @@ def test_compiled_kernels_on_every_head_dimension_class(d, causal, dtype):
                   lse_tol=A.TOLERANCES[dtype][0] if dtype == torch.float32 else 1e-3)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_a_shapes_later_calls_launch_the_compiled_kernels_directly(causal):
-    from helpers.kernels.attention import backward as attention_backward
-
-    launchers = (attention_forward._launch_forward, attention_backward._launch_preprocess,
-                 attention_backward._launch_dkdv, attention_backward._launch_dq)
-    shape = (2, 4, 2, 333 + causal, 64)         # a length no other test runs
-
-    def grads(seed):
-        q, k, v = (torch.randn(*shape[:2], shape[3], shape[4], device="cuda",
-                               dtype=torch.bfloat16, generator=torch.Generator("cuda")
-                               .manual_seed(seed + i)) for i in range(3))
-        k, v = k[:, :shape[2]].contiguous(), v[:, :shape[2]].contiguous()
-        q, k, v = (x.requires_grad_() for x in (q, k, v))
-        o = A.flash_attention(q, k, v, causal=causal)
-        return (o, *torch.autograd.grad(o, (q, k, v), torch.ones_like(o))), (q, k, v)
-
-    kept = [len(x.kept) for x in launchers]
-    first, _ = grads(0)
-    assert [len(x.kept) for x in launchers] == [n + 1 for n in kept], "each kernel kept"
-
-    class NoJit:
-        def __getitem__(self, grid):
-            raise AssertionError("a later call of the shape went through the JIT")
-
-    jits = [x.kernel for x in launchers]
-    try:
-        for x in launchers:
-            x.kernel = NoJit()
-        again, inputs = grads(1)
-    finally:
-        for x, jit in zip(launchers, jits):
-            x.kernel = jit
-    want = A.attention_reference(*(x.detach().double() for x in inputs), causal=causal)[0]
-    assert (again[0].double() - want).abs().max().item() < 2e-2
-    q, k, v = (x.detach().double().requires_grad_() for x in inputs)
-    o = A.attention_reference(q, k, v, causal=causal)[0]
-    for got, ref in zip(again[1:], torch.autograd.grad(o, (q, k, v), torch.ones_like(o))):
-        assert (got.double() - ref).abs().max().item() < 5e-2 * max(1.0, ref.abs().max().item())
-
-
 def test_short_sequences_take_smaller_tiles_on_a_gpu():
     for d in (64, 96, 128):
         short = A.forward_config(d, torch.bfloat16, compiled=True, seq_q=A.SHORT)

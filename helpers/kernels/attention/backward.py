@@ -35,7 +35,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..lean import Lean
 from .forward import load_rows
 
 LOG2_E = tl.constexpr(1.4426950408889634)
@@ -230,24 +229,15 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, delta, diagonal: int | None, sm_scal
     k_strides = (k.stride(0), k.stride(1), k.stride(2))
     width = dict(HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim))
     causal = dict(CAUSAL=diagonal is not None)
-    _launch_preprocess(
-        (triton.cdiv(seq_q, 64), batch * heads),
-        (o, do, delta, *q_strides, heads, seq_q), dict(**width, BLOCK_M=64), {}, outputs=(2,))
-    common = (sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k, diagonal or 0)
-    _launch_dkdv(
-        (triton.cdiv(seq_k, dkdv["block_n"]), batch * kv_heads),
-        (q, k, v, do, lse, delta, dk, dv, *common),
-        dict(GROUP=group, **width, BLOCK_M=dkdv["block_m"], BLOCK_N=dkdv["block_n"], **causal),
-        dict(num_warps=dkdv["num_warps"], num_stages=dkdv["num_stages"]), outputs=(6, 7))
-    _launch_dq(
-        (triton.cdiv(seq_q, dq_tiles["block_m"]), batch * heads),
-        (q, k, v, do, lse, delta, dq, *common),
-        dict(GROUP=group, **width, BLOCK_M=dq_tiles["block_m"], BLOCK_N=dq_tiles["block_n"],
-             **causal),
-        dict(num_warps=dq_tiles["num_warps"], num_stages=dq_tiles["num_stages"]), outputs=(6,))
-
-
-# After a shape's first call, each compiled kernel launched without the JIT's Python.
-_launch_preprocess = Lean(attention_bwd_preprocess_kernel)
-_launch_dkdv = Lean(attention_bwd_dkdv_kernel)
-_launch_dq = Lean(attention_bwd_dq_kernel)
+    attention_bwd_preprocess_kernel[(triton.cdiv(seq_q, 64), batch * heads)](
+        o, do, delta, *q_strides, heads, seq_q, **width, BLOCK_M=64)
+    attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, dkdv["block_n"]), batch * kv_heads)](
+        q, k, v, do, lse, delta, dk, dv, sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k,
+        diagonal or 0, GROUP=group, **width, BLOCK_M=dkdv["block_m"],
+        BLOCK_N=dkdv["block_n"], **causal, num_warps=dkdv["num_warps"],
+        num_stages=dkdv["num_stages"])
+    attention_bwd_dq_kernel[(triton.cdiv(seq_q, dq_tiles["block_m"]), batch * heads)](
+        q, k, v, do, lse, delta, dq, sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k,
+        diagonal or 0, GROUP=group, **width, BLOCK_M=dq_tiles["block_m"],
+        BLOCK_N=dq_tiles["block_n"], **causal, num_warps=dq_tiles["num_warps"],
+        num_stages=dq_tiles["num_stages"])

@@ -38,8 +38,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..lean import Lean
-
 LOG2_E = tl.constexpr(1.4426950408889634)   # exp(x) = exp2(x * log2(e))
 LN_2 = tl.constexpr(0.6931471805599453)     # the saved lse goes back to natural log
 
@@ -163,19 +161,13 @@ def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_m: i
     ``diagonal``: query ``i`` sees keys ``j <= i + diagonal``; None, every key."""
     batch, heads, seq_q, head_dim = q.shape
     grid = (triton.cdiv(seq_q, block_m), batch * heads)
-    _launch_forward(
-        grid,
-        (q, k, v, o, lse, sm_scale,
-         q.stride(0), q.stride(1), q.stride(2),
-         k.stride(0), k.stride(1), k.stride(2),
-         v.stride(0), v.stride(1), v.stride(2),
-         o.stride(0), o.stride(1), o.stride(2),
-         heads, seq_q, k.shape[2], diagonal or 0),
-        dict(GROUP=heads // k.shape[1], HEAD_DIM=head_dim,
-             BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-             CAUSAL=diagonal is not None),
-        dict(num_warps=num_warps, num_stages=num_stages), outputs=(3, 4))
-
-
-# After a shape's first call, the compiled kernel launched without the JIT's Python (lean).
-_launch_forward = Lean(attention_fwd_kernel)
+    attention_fwd_kernel[grid](
+        q, k, v, o, lse, sm_scale,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        heads, seq_q, k.shape[2], diagonal or 0,
+        GROUP=heads // k.shape[1], HEAD_DIM=head_dim,
+        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+        CAUSAL=diagonal is not None, num_warps=num_warps, num_stages=num_stages)
