@@ -2,7 +2,8 @@
 is not? One launch each of cuBLAS and the persistent kernel (128 x 256 and 128 x 128 tiles)
 at 4096^3 fp16 and 1615 x 1024 x 4096, after a warm-up.
 
-    ncu --clock-control none --metrics <list> python3 tests/gpu/matmul_ncu_probe.py
+    ncu --clock-control none --profile-from-start off --metrics <list> \\
+        python3 tests/gpu/matmul_ncu_probe.py
 """
 import torch
 
@@ -20,10 +21,9 @@ for M, N, K in ((4096, 4096, 4096), (1615, 1024, 4096)):
     for fn in runs.values():
         fn()
     torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(f"{M}x{N}x{K}")
+    torch.cuda.profiler.start()         # ncu --profile-from-start off: these launches only
     for name, fn in runs.items():
-        torch.cuda.nvtx.range_push(name)
+        print(M, N, K, name, flush=True)
         fn()
-        torch.cuda.nvtx.range_pop()
-    torch.cuda.nvtx.range_pop()
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
