@@ -72,6 +72,17 @@ def test_more_programs_than_k_steps_leave_some_idle():
     assert_product(c, a, b, "2 steps over 5 programs")
 
 
+def test_wide_tiles_add_the_handed_over_sums_half_a_tile_at_a_time():
+    # 128 x 256 tiles (the kernel's wide case: two halves of 128 columns, so that a loaded
+    # fp32 tile and the accumulator fit in the registers): 2 x 2 tiles on 3 programs.
+    wide = TileConfig(128, 256, 32, num_warps=8, num_stages=2)
+    a, b = operands(256, 504, 160)
+    c, run, _ = sk.launch(a, b, wide, sms=3)
+    assert_product(c, a, b, "128 x 256 tiles on 3 programs")
+    a2, b2 = operands(256, 504, 160, seed=1)
+    assert_product(run(a2, b2), a2, b2, "launched again")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(4096, 4224, 1024), (1000, 1000, 1000), (4000, 3000, 1000),
                                    (2048, 8448, 4096)], ids=lambda s: "x".join(map(str, s)))

@@ -77,6 +77,39 @@ def _steps(a_desc, b_desc, row, col, k_first, k_stop, acc,
 
 
 @triton.jit
+def _add_handed_over(acc, ws_ptr, flags_ptr, pid, tile_start, total,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SMS: tl.constexpr):
+    """``acc`` plus the partial sums of this tile that the programs before ``pid`` left.
+
+    A wide tile's are read half a tile at a time. A whole 128 x 256 fp32 tile loaded beside
+    the accumulator is 256 registers a thread (of 8 warps), more than the 255 there are:
+    ptxas spilled, and kept the whole kernel at 255 registers (the persistent kernel's
+    main loop needs 154)."""
+    HALVES: tl.constexpr = BLOCK_M * BLOCK_N > 128 * 128
+    W: tl.constexpr = BLOCK_N // 2 if HALVES else BLOCK_N
+    part = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, W)[None, :]
+    if HALVES:      # columns [0, W) and [W, 2W), as the persistent kernel's split epilogue
+        left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, W)), (0, 2, 1)))
+    else:
+        left, right = acc, acc
+    p = pid - 1
+    while (p >= 0) & ((p + 1) * total // NUM_SMS > tile_start):
+        if (p + 1) * total // NUM_SMS > p * total // NUM_SMS:      # it has steps
+            while tl.atomic_cas(flags_ptr + p, 1, 0) != 1:          # wait, then reset
+                pass
+            piece = ws_ptr + p * BLOCK_M * BLOCK_N + part
+            left += tl.load(piece, cache_modifier=".cg")            # from L2, not L1
+            if HALVES:
+                right += tl.load(piece + W, cache_modifier=".cg")
+        p -= 1
+    if HALVES:
+        acc = tl.reshape(tl.permute(tl.join(left, right), (0, 2, 1)), (BLOCK_M, BLOCK_N))
+    else:
+        acc = left
+    return acc
+
+
+@triton.jit
 def matmul_kernel_streamk(a_desc, b_desc, c_desc, ws_ptr, flags_ptr, M, N, K, SK_TILES,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -117,15 +150,8 @@ def matmul_kernel_streamk(a_desc, b_desc, c_desc, ws_ptr, flags_ptr, M, N, K, SK
         else:
             # The owner: add the pieces of the programs before it that hold earlier steps
             # of this tile (each holds one piece, the last of its share), then write C.
-            tile_start = t * steps
-            p = pid - 1
-            while (p >= 0) & ((p + 1) * total // NUM_SMS > tile_start):
-                if (p + 1) * total // NUM_SMS > p * total // NUM_SMS:   # it has steps
-                    while tl.atomic_cas(flags_ptr + p, 1, 0) != 1:   # wait, then reset
-                        pass
-                    acc += tl.load(ws_ptr + p * BLOCK_M * BLOCK_N + box,
-                                   cache_modifier=".cg")             # from L2, not L1
-                p -= 1
+            acc = _add_handed_over(acc, ws_ptr, flags_ptr, pid, t * steps, total,
+                                   BLOCK_M, BLOCK_N, NUM_SMS)
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
         end = t * steps + k_first
 
