@@ -83,6 +83,21 @@ def test_wide_tiles_add_the_handed_over_sums_half_a_tile_at_a_time():
     assert_product(run(a2, b2), a2, b2, "launched again")
 
 
+@pytest.mark.parametrize("majors", [("row", "row"), ("row", "col")], ids=lambda m: f"B-{m[1]}")
+def test_c_rows_off_16_bytes_are_stored_without_a_descriptor(majors):
+    # N = 60 fp16 is 120 bytes a row: no descriptor of C. B's rows (or, as W.T, its
+    # columns) padded onto whole lines, as a plan copies them; C is stored from registers.
+    a, b = operands(72, 60, 104, majors)
+    b_run = mp.padded_to_lines(b)
+    assert not mp.usable(a, b_run)[0] and mp.usable(a, b_run, c_rows=False)[0]
+    assert not sk.c_rows_aligned(60, torch.float16) and sk.c_rows_aligned(64, torch.float16)
+    c, run, _ = sk.launch(a, b_run, SMALL, sms=3)
+    assert c.is_contiguous() and c.stride(0) == 60
+    assert_product(c, a, b, f"N = 60, B {majors[1]}-major, on 3 programs")
+    a2, b2 = operands(72, 60, 104, majors, seed=1)
+    assert_product(run(a2, mp.padded_to_lines(b2)), a2, b2, "launched again")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(4096, 4224, 1024), (1000, 1000, 1000), (4000, 3000, 1000),
                                    (2048, 8448, 4096)], ids=lambda s: "x".join(map(str, s)))
@@ -93,6 +108,20 @@ def test_compiled(shape):
         c, run, _ = sk.launch(a, b, config)
         assert_product(c, a, b, f"{shape}")
     assert torch.equal(run(a, b), c), "the same sum every run"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1004, 2666, 4896), (851, 1001, 7296), (2000, 1682, 1000)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_compiled_with_cs_rows_off_16_bytes(shape):
+    a, b = operands(*shape, dtype=torch.bfloat16)
+    b_run = mp.padded_to_lines(b)
+    for config in (sk.NARROW, sk.WIDE):
+        for _ in range(2):                  # the flags must come back to 0 every time
+            c, run, _ = sk.launch(a, b_run, config)
+            assert_product(c, a, b, f"{shape}, {config.describe()}")
+        assert run.keeps_encodings, "the direct launch of the descriptors' encodings"
+        assert torch.equal(run(a, b_run), c), "the same sum every run"
 
 
 def test_a_setting_whose_c_tile_does_not_fit_beside_its_stages_loses_a_stage():

@@ -18,6 +18,7 @@ import helpers
 from helpers.kernels import matmul as mm
 from helpers.kernels.matmul import persistent as mp
 from helpers.kernels.matmul import plan as plans
+from helpers.kernels.matmul import streamk as sk
 from helpers.kernels.matmul import tuned as mt
 from helpers.kernels.matmul.config import TileConfig
 
@@ -144,6 +145,23 @@ def test_decisions_round_trip_through_tritons_cache_dir(tmp_path, monkeypatch):
     decisions.put(key, decision)
     assert decisions.get(key) == decision
     assert list(tmp_path.rglob(plans.Decisions.FILE)), "written under TRITON_CACHE_DIR"
+
+
+@pytest.mark.parametrize("layout", [plans.VECTOR, plans.LINE])
+def test_where_cs_rows_are_off_16_bytes_stream_k_plans_stand_in_for_the_persistent_kernel(
+        layout):
+    # N = 60 fp16: C's rows are 120 bytes. The persistent kernel stores C through a
+    # descriptor and cannot run; stream-K stores it from the registers, on B copied
+    # onto rows it can read.
+    a, b = product(72, 60, 104, torch.float16)
+    assert mt._build(a, b, "persistent", None, layout) is None
+    found = mt._streamk_plans(a, b, layout, sk.NARROW)
+    assert sorted(found) == [("streamk", layout), ("streamk wide", layout)]
+    a2, b2 = product(72, 60, 104, torch.float16, seed=1)
+    for name, (c, run, chosen) in found.items():
+        assert_product(c, a, b, f"{name[0]}, C's rows off 16 bytes")
+        assert_product(run(a2, b2), a2, b2, f"{name[0]} launched again")
+    assert found["streamk wide", layout][2].block_n == 256
 
 
 def test_a_decision_saved_as_a_dict_builds_its_plan():

@@ -176,9 +176,11 @@ def boxes(config: TileConfig, a_t: bool = False, b_t: bool = False) -> tuple[lis
                   config.option("SPLIT_EPILOGUE"), a_t, b_t)
 
 
-def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: TileConfig) -> tuple:
-    """Host-side TMA descriptors of A, B and C for ``config``'s boxes; of the row-major
-    matrix underneath where an operand is a transposed view (:func:`stored`).
+def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None,
+                config: TileConfig) -> tuple:
+    """Host-side TMA descriptors of A, B and C (A and B alone for ``c=None``) for
+    ``config``'s boxes; of the row-major matrix underneath where an operand is a transposed
+    view (:func:`stored`).
 
     A descriptor is 128 bytes (base address, shape, strides, box, swizzle) that the
     launcher encodes on the host and passes as a kernel argument. Built on the GPU instead
@@ -190,8 +192,8 @@ def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: TileC
     :func:`launch`'s ``run`` keeps their encodings between calls (:mod:`matmul_tma_launch`).
     """
     box_a, box_b, box_c = boxes(config, transposed(a), transposed(b))
-    return tuple(TensorDescriptor(x, list(x.shape), [x.stride(0), 1], box)
-                 for x, box in ((stored(a), box_a), (stored(b), box_b), (c, box_c)))
+    which = ((stored(a), box_a), (stored(b), box_b)) + (() if c is None else ((c, box_c),))
+    return tuple(TensorDescriptor(x, list(x.shape), [x.stride(0), 1], box) for x, box in which)
 
 
 def _set_boxes(nargs: dict) -> None:
@@ -228,8 +230,9 @@ def _tma_rows(t: torch.Tensor) -> bool:
             and x.data_ptr() % 16 == 0)
 
 
-def usable(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, str]:
-    """Whether ``a @ b`` can run on this kernel here, and if not, why."""
+def usable(a: torch.Tensor, b: torch.Tensor, c_rows: bool = True) -> tuple[bool, str]:
+    """Whether ``a @ b`` can run on this kernel here, and if not, why. ``c_rows=False``:
+    C's rows need not be 16-byte aligned (the stream-K kernel stores them without TMA)."""
     if a.dtype not in (torch.float16, torch.bfloat16):
         return False, f"{a.dtype}: this kernel is written for fp16 and bf16"
     if runtime.is_gpu() and torch.cuda.get_device_capability(a.device)[0] < 9:
@@ -238,7 +241,7 @@ def usable(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, str]:
         if not _tma_rows(t):
             what = "columns (it is a transposed view)" if transposed(t) else "rows"
             return False, f"{name}'s {what} are not contiguous and 16-byte aligned"
-    if (b.shape[1] * b.element_size()) % 16:
+    if c_rows and (b.shape[1] * b.element_size()) % 16:
         return False, "C's rows (N elements) would not be 16-byte aligned"
     return True, "usable"
 

@@ -8,20 +8,22 @@ candidates on a shape's first call, times each whole plan, and keeps the fastest
 **The candidates** (:func:`~helpers.kernels.matmul.tuned.matmul_tuned`'s first call):
 
 * v6, autotuned, and v6 with the tuner's runner-up setting
-  (:func:`~helpers.kernels.matmul.tuned.runner_up`): the tuner times each setting once, and
+  (:func:`runner_up`): the tuner times each setting once, and
   a GPU that slows for a moment while it times one hands the win to another, so a second
   measurement of the two best, as whole plans, guards the pick;
 * the persistent TMA kernel, autotuned, where the TMA takes the operands
   (:func:`~helpers.kernels.matmul.persistent.usable`);
 * stream-K, where the persistent kernel's tiles leave the last wave part-empty, with the
   persistent kernel's setting and with the widest tile
-  (:mod:`~helpers.kernels.matmul.streamk`);
+  (:mod:`~helpers.kernels.matmul.streamk`); and where C's rows are off 16 bytes, which
+  rules the persistent kernel out (its C goes through a descriptor), stream-K with a
+  128 x 128 tile and with the widest, storing C from the registers;
 
 each on the operands as given and, when their rows do not start on 128-byte lines, on copies
 that do. "As given" means no copy by the plan: the persistent kernel still pads B itself
 where :func:`~helpers.kernels.matmul.persistent.pads_b` says so. Each plan is timed whole,
-copies included, the candidates in turn (:func:`time_plans`). The copy is one launch, built on the shape's first call
-and launched compiled after that (:mod:`~helpers.kernels.matmul.pack`): at these sizes the
+copies included, the candidates in turn (:func:`time_plans`). The copy is one launch,
+built on the shape's first call and launched compiled after that (:mod:`~helpers.kernels.matmul.pack`): at these sizes the
 host's Python work per call would cost more than the copy.
 
 **Layout.** A row of A or B that does not start on a 128-byte line (K = 1000 in fp16: each
@@ -53,6 +55,7 @@ import torch
 import triton
 
 from ... import bench
+from .config import TileConfig
 from .pack import packer
 from .persistent import stored, transposed
 
@@ -169,3 +172,28 @@ class Decisions:
 DECISIONS = Decisions()
 # Keep and read decisions (GPU mode). Off: every process tunes and times its candidates.
 USE_DECISIONS = True
+
+
+def runner_up(tuner, known: set) -> dict | None:
+    """The setting ``tuner`` timed second best for the one key it learned since ``known``
+    (its keys before the call), or ``None``.
+
+    A second opinion on the tuner's pick. Each setting is timed once, and a GPU that slows
+    for a moment while one setting is timed can hand the win to another: in one recorded
+    H100 run the tuner kept split-K 4 at 256 x 256 x 16384 fp16 (21.6 us as a plan), where
+    later runs on an H100 timed split-K 8 at 19.2 us and split-K 4 at 21.4 us. Timing the
+    runner-up as a whole plan beside the winner costs one more measurement and catches that.
+    """
+    new = [key for key in tuner.cache if key not in known]
+    timings = getattr(tuner, "configs_timings", None) or {}
+    if len(new) != 1 or len(timings) < 2:
+        return None
+
+    def median(config):
+        t = timings[config]
+        return t[0] if isinstance(t, (list, tuple)) else t
+
+    ranked = sorted(timings, key=median)
+    if ranked[0] is not tuner.cache[new[0]]:    # the timings are not this key's
+        return None
+    return TileConfig.from_triton(ranked[1])

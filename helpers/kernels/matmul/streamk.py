@@ -47,6 +47,9 @@ from .tma_launch import direct
 # persistent kernel from. Measured on an H100 (fp16, 1672 x 2528 x 5504: 2 waves + 16
 # tiles of 128 x 128): 87 us against 105 us on the persistent kernel's own, narrower tile.
 WIDE = PERSISTENT_SPACE[0]
+# The stream-K setting where the persistent kernel cannot run at all (C's rows off 16
+# bytes, so no tuned setting of its own): its 128 x 128 tile with 8 warps.
+NARROW = PERSISTENT_SPACE[3]
 
 
 def stream_k_tiles(tiles: int, sms: int) -> int:
@@ -110,10 +113,56 @@ def _add_handed_over(acc, ws_ptr, flags_ptr, pid, tile_start, total,
 
 
 @triton.jit
-def matmul_kernel_streamk(a_desc, b_desc, c_desc, ws_ptr, flags_ptr, M, N, K, SK_TILES,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _masked_store(c, row, col, values, M, N, stride_cm, ROWS: tl.constexpr,
+                  COLS: tl.constexpr):
+    rows = row + tl.arange(0, ROWS)
+    cols = col + tl.arange(0, COLS)
+    tl.store(c + rows[:, None] * stride_cm + cols[None, :], values,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def _store_in_halves(c, row, col, values, M, N, stride_cm, ROWS: tl.constexpr,
+                     COLS: tl.constexpr):
+    H: tl.constexpr = COLS // 2
+    left, right = tl.split(tl.permute(tl.reshape(values, (ROWS, 2, H)), (0, 2, 1)))
+    _masked_store(c, row, col, left, M, N, stride_cm, ROWS, H)
+    _masked_store(c, row, col + H, right, M, N, stride_cm, ROWS, H)
+
+
+@triton.jit
+def _store_tile(c, row, col, acc, M, N, stride_cm, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, C_DESC: tl.constexpr):
+    """Tile (row, col) of C: through C's descriptor, or, where C's rows do not start on the
+    16-byte boundaries a descriptor needs (N = 2,686 in fp16: 5,372 bytes a row), as a
+    masked store from the registers, a few bytes a thread. C is written once, so that costs
+    little beside the tile's K steps; the operands, read again for every tile, are what the
+    descriptors are for (a plan copies them onto whole lines first). The store goes in
+    pieces of at most 64 columns: an address for each of a thread's 64 values of a
+    128 x 128 tile, all at once, took 255 registers and spilled, and so did halves of a
+    128 x 256 tile (ptxas, sm_90a). (Offsets in 32 bits: a product past 2^31 elements is
+    refused before it gets here.)"""
+    if C_DESC:
+        c.store([row, col], acc.to(c.dtype))
+    else:
+        W: tl.constexpr = BLOCK_N // 2
+        out = acc.to(c.dtype.element_ty)
+        left, right = tl.split(tl.permute(tl.reshape(out, (BLOCK_M, 2, W)), (0, 2, 1)))
+        if BLOCK_N > 128:       # in quarters: halves of 128 x 256 still spilled
+            _store_in_halves(c, row, col, left, M, N, stride_cm, BLOCK_M, W)
+            _store_in_halves(c, row, col + W, right, M, N, stride_cm, BLOCK_M, W)
+        else:
+            _masked_store(c, row, col, left, M, N, stride_cm, BLOCK_M, W)
+            _masked_store(c, row, col + W, right, M, N, stride_cm, BLOCK_M, W)
+
+
+@triton.jit
+def matmul_kernel_streamk(a_desc, b_desc, c_out, ws_ptr, flags_ptr, M, N, K, SK_TILES,
+                          stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                          NUM_SMS: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
+                          NUM_SMS: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+                          C_DESC: tl.constexpr):
+    # c_out: C's descriptor (C_DESC), or its address where its rows are off 16 bytes.
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -125,7 +174,8 @@ def matmul_kernel_streamk(a_desc, b_desc, c_desc, ws_ptr, flags_ptr, M, N, K, SK
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = _steps(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, steps, acc,
                      BLOCK_K, A_T, B_T)
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+        _store_tile(c_out, pid_m * BLOCK_M, pid_n * BLOCK_N, acc, M, N, stride_cm,
+                    BLOCK_M, BLOCK_N, C_DESC)
     # 2. The last SK_TILES tiles' steps, laid end to end, split evenly: this program's
     # share is [first, stop), walked backwards one tile's piece at a time.
     total = SK_TILES * steps
@@ -152,7 +202,8 @@ def matmul_kernel_streamk(a_desc, b_desc, c_desc, ws_ptr, flags_ptr, M, N, K, SK
             # of this tile (each holds one piece, the last of its share), then write C.
             acc = _add_handed_over(acc, ws_ptr, flags_ptr, pid, t * steps, total,
                                    BLOCK_M, BLOCK_N, NUM_SMS)
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+            _store_tile(c_out, pid_m * BLOCK_M, pid_n * BLOCK_N, acc, M, N, stride_cm,
+                        BLOCK_M, BLOCK_N, C_DESC)
         end = t * steps + k_first
 
 
@@ -190,12 +241,19 @@ class _Scratch:
 _SCRATCH = _Scratch()
 
 
+def c_rows_aligned(N: int, dtype) -> bool:
+    """Whether rows of N elements start on the 16-byte boundaries a descriptor of C needs
+    (else the kernel stores C from the registers: :func:`_store_tile`)."""
+    return (N * torch.empty((), dtype=dtype).element_size()) % 16 == 0
+
+
 def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
     """``a @ b`` on the stream-K kernel with ``config`` (a setting of the persistent kernel;
     its switches are not used): ``(c, run, config)``, where ``run(a, b)`` repeats it for a
     pair of the same shape and layout through the compiled kernel. ``sms``: the programs
     (one per SM unless given: the tests ask for a few, so that pieces are shared out in the
-    interpreter too). The caller checks :func:`~helpers.kernels.matmul.persistent.usable`."""
+    interpreter too). The caller checks :func:`~helpers.kernels.matmul.persistent.usable`
+    with ``c_rows=False``: C's rows may be off 16 bytes here."""
     config = fitted(config, a.dtype)
     M, K = a.shape
     N = b.shape[1]
@@ -204,31 +262,42 @@ def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
     sk_tiles = stream_k_tiles(tiles, sms)
     ws, flags = _SCRATCH.get(a.device, sms * config.block_m * config.block_n, sms)
     a_t, b_t = transposed(a), transposed(b)
+    c_desc = c_rows_aligned(N, a.dtype)
     constants = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                     GROUP_M=config.group_m, NUM_SMS=sms, A_T=a_t, B_T=b_t)
+                     GROUP_M=config.group_m, NUM_SMS=sms, A_T=a_t, B_T=b_t, C_DESC=c_desc)
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     grid = (sms, 1, 1)
-    tail = (ws, flags, M, N, K, sk_tiles)
+    tail = (ws, flags, M, N, K, sk_tiles, N)            # N: C's row stride (it is new)
+
+    def operands(a, b, c):
+        """The kernel's first three arguments: the descriptors, and C's address where its
+        rows cannot have one."""
+        return descriptors(a, b, c, config) if c_desc else (*descriptors(a, b, None, config), c)
+
     out = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    compiled = matmul_kernel_streamk[grid](*descriptors(a, b, out, config), *tail,
-                                           **constants, **options)
+    compiled = matmul_kernel_streamk[grid](*operands(a, b, out), *tail, **constants, **options)
     # Later calls: the compiled kernel with the descriptors' encodings kept
     # (matmul_tma_launch), where this Triton allows it and it gives what the JIT gave.
     args, device, dtype = tail + tuple(constants.values()), out.device, out.dtype
-    fast = None if compiled is None else _checked(
-        direct(compiled, grid, list(boxes(config, a_t, b_t))), (stored(a), stored(b)), out, args)
+    described = 3 if c_desc else 2
+    fast = None if compiled is None else direct(
+        compiled, grid, list(boxes(config, a_t, b_t))[:described])
+    if fast is not None and not c_desc:         # C goes with the other arguments
+        fast = (lambda launch: lambda tensors, args: launch(tensors[:2], (tensors[2], *args)))(
+            fast)
+    fast = None if fast is None else _checked(fast, (stored(a), stored(b)), out, args)
 
     def run(a, b):
         c = torch.empty((M, N), device=device, dtype=dtype)
         if fast is not None:
             fast((a.t() if a_t else a, b.t() if b_t else b, c), args)
         else:
-            matmul_kernel_streamk[grid](*descriptors(a, b, c, config), *tail, **constants,
-                                        **options)
+            matmul_kernel_streamk[grid](*operands(a, b, c), *tail, **constants, **options)
         return c
 
     run.keeps_encodings = fast is not None
     return out, run, config
 
 
-__all__ = ["WIDE", "fitted", "launch", "matmul_kernel_streamk", "stream_k_tiles"]
+__all__ = ["NARROW", "WIDE", "c_rows_aligned", "fitted", "launch", "matmul_kernel_streamk",
+           "stream_k_tiles"]

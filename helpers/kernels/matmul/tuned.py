@@ -38,6 +38,7 @@ from .config import TileConfig
 from .space import (CONFIG_SPACE, CONSTEXPRS, KEYS,  # noqa: F401 (re-exported)
                     MAX_ACCUMULATOR_REGISTERS, bucket, prune, shape_key, useful, verdict)
 from .ladder import grouped_tile
+from .plan import runner_up
 
 # --------------------------------------------------------------------------------------
 # The kernels.
@@ -291,23 +292,15 @@ def _first_call(a, b, config, key) -> torch.Tensor:
             known = set(matmul_kernel_v6_tuned.cache)
             built = _build(a, b, kernel, None, row_bytes)
             if built is None:
+                if kernel == "persistent":      # C's rows off 16 bytes: stream-K stores them
+                    candidates.update(_streamk_plans(a, b, row_bytes, streamk.NARROW))
                 continue
             candidates[kernel, row_bytes] = built
             second = runner_up(matmul_kernel_v6_tuned, known) if kernel == "v6" else None
             if second is not None:
                 candidates["v6 runner-up", row_bytes] = _build(a, b, "v6", second, row_bytes)
             if kernel == "persistent" and _wave_tail(a, b, built[2]):
-                # Its setting, its last tiles shared out by K steps (matmul_streamk), and the
-                # widest tile, which the tail may have kept the persistent kernel from.
-                wide = streamk.WIDE.as_dict(CONSTEXPRS[:3]) != built[2].as_dict(CONSTEXPRS[:3])
-                for name, setting in (("streamk", built[2]), ("streamk wide", streamk.WIDE)):
-                    if name == "streamk wide" and not wide:
-                        continue
-                    try:
-                        candidates[name, row_bytes] = _build(a, b, "streamk", setting,
-                                                             row_bytes)
-                    except ValueError:  # its C tile does not fit beside two stages
-                        pass
+                candidates.update(_streamk_plans(a, b, row_bytes, built[2]))
     times = plans.time_plans({name: run for name, (_, run, _) in candidates.items()}, a, b)
     (name, row_bytes), ms = min(times.items(), key=lambda item: item[1])
     c, run, chosen = candidates[name, row_bytes]
@@ -320,31 +313,6 @@ def _first_call(a, b, config, key) -> torch.Tensor:
         plans.DECISIONS.put(decision_key, decision)
     _CHOICES[key], _PLANS[key] = decision, run
     return c
-
-
-def runner_up(tuner, known: set) -> dict | None:
-    """The setting ``tuner`` timed second best for the one key it learned since ``known``
-    (its keys before the call), or ``None``.
-
-    A second opinion on the tuner's pick. Each setting is timed once, and a GPU that slows
-    for a moment while one setting is timed can hand the win to another: in one recorded
-    H100 run the tuner kept split-K 4 at 256 x 256 x 16384 fp16 (21.6 us as a plan), where
-    later runs on an H100 timed split-K 8 at 19.2 us and split-K 4 at 21.4 us. Timing the
-    runner-up as a whole plan beside the winner costs one more measurement and catches that.
-    """
-    new = [key for key in tuner.cache if key not in known]
-    timings = getattr(tuner, "configs_timings", None) or {}
-    if len(new) != 1 or len(timings) < 2:
-        return None
-
-    def median(config):
-        t = timings[config]
-        return t[0] if isinstance(t, (list, tuple)) else t
-
-    ranked = sorted(timings, key=median)
-    if ranked[0] is not tuner.cache[new[0]]:    # the timings are not this key's
-        return None
-    return TileConfig.from_triton(ranked[1])
 
 
 def _kernel_keys() -> tuple[str, ...]:
@@ -366,13 +334,13 @@ def _build(a, b, kernel, config, row_bytes, verify=True):
     ``config``: a TileConfig, a saved decision's dict, or ``None`` (autotuned)."""
     if kernel == "v6":
         return _v6_plan(a, b, config, row_bytes, True, verify)
-    if (b.shape[1] * b.element_size()) % plans.VECTOR:
+    c_rows = kernel == "persistent"     # stream-K stores C's rows without TMA where it must
+    if c_rows and (b.shape[1] * b.element_size()) % plans.VECTOR:
         return None                     # C's rows would not be 16-byte aligned
     pad_a, pad_b, _ = plans.needs_padding(a, b, row_bytes)
-
     prepare = plans.operand_packer(a, b, pad_a, pad_b, b.shape[1], row_bytes)
     a_run, b_run = prepare(a, b)
-    if not persistent.usable(a_run, b_run)[0]:
+    if not persistent.usable(a_run, b_run, c_rows)[0]:
         return None
     if kernel == "streamk":
         c, launched, chosen = streamk.launch(a_run, b_run, config)
@@ -381,6 +349,23 @@ def _build(a, b, kernel, config, row_bytes, verify=True):
     if not (pad_a or pad_b):            # nothing to copy: one Python call fewer a product
         return c, launched, chosen
     return c, (lambda a, b: launched(*prepare(a, b))), chosen
+
+
+def _streamk_plans(a, b, row_bytes, setting) -> dict:
+    """Stream-K plans (:mod:`~helpers.kernels.matmul.streamk`) with ``setting`` and with the
+    widest tile, which a part-empty last wave may have kept the persistent kernel from."""
+    found = {}
+    for name, config in (("streamk", setting), ("streamk wide", streamk.WIDE)):
+        if name == "streamk wide" and streamk.WIDE.as_dict(CONSTEXPRS[:3]) == \
+                TileConfig.of(setting).as_dict(CONSTEXPRS[:3]):
+            continue
+        try:
+            built = _build(a, b, "streamk", config, row_bytes)
+        except ValueError:              # its C tile does not fit beside two stages
+            continue
+        if built is not None:
+            found[name, row_bytes] = built
+    return found
 
 
 def _wave_tail(a, b, config: TileConfig) -> bool:
