@@ -8,28 +8,13 @@ to issue one call (200 calls issued, then one synchronize), ours and SDPA's defa
 import json
 import os
 import time
-from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
+from helpers.experiments.attention_decode import kernel_us
 from helpers.kernels import attention as ak
-
-
-def kernels_us(fn, calls=20):
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    per = defaultdict(float)
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            per[ev.name[:50]] += ev.device_time / calls
-    return round(sum(per.values()), 1), {k: round(v, 1) for k, v in per.items()}
 
 
 def host_us(fn, calls=200):
@@ -60,9 +45,10 @@ for d in (64, 128):
             }
             row = {"d": d, "seq": seq, "causal": causal}
             for name, fn in fns.items():
-                total, per = kernels_us(fn)
+                total, names = kernel_us(fn)
                 row[name] = {"wall_us": round(do_bench(fn, rep=50) * 1e3, 1),
-                             "kernels_us": total, "host_us": host_us(fn), "kernels": per}
+                             "kernels_us": round(total, 1), "host_us": host_us(fn),
+                             "kernels": names}
             print(json.dumps({k: (v if not isinstance(v, dict) else
                                   {kk: vv for kk, vv in v.items() if kk != "kernels"})
                               for k, v in row.items()}), flush=True)
