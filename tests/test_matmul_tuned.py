@@ -150,18 +150,20 @@ def test_decisions_round_trip_through_tritons_cache_dir(tmp_path, monkeypatch):
 @pytest.mark.parametrize("layout", [plans.VECTOR, plans.LINE])
 def test_where_cs_rows_are_off_16_bytes_stream_k_plans_stand_in_for_the_persistent_kernel(
         layout):
-    # N = 60 fp16: C's rows are 120 bytes. The persistent kernel stores C through a
-    # descriptor and cannot run; stream-K stores it from the registers, on B copied
-    # onto rows it can read.
-    a, b = product(72, 60, 104, torch.float16)
+    # N = 300 fp16: C's rows are 600 bytes. The persistent kernel stores C through a
+    # descriptor and cannot run; stream-K stores it from the registers (a 256-column tile
+    # in four pieces, each holding columns of C), on B copied onto rows it can read.
+    a, b = product(72, 300, 104, torch.float16)
     assert mt._build(a, b, "persistent", None, layout) is None
     found = mt._streamk_plans(a, b, layout, sk.NARROW)
     assert sorted(found) == [("streamk", layout), ("streamk wide", layout)]
-    a2, b2 = product(72, 60, 104, torch.float16, seed=1)
+    a2, b2 = product(72, 300, 104, torch.float16, seed=1)
     for name, (c, run, chosen) in found.items():
         assert_product(c, a, b, f"{name[0]}, C's rows off 16 bytes")
         assert_product(run(a2, b2), a2, b2, f"{name[0]} launched again")
     assert found["streamk wide", layout][2].block_n == 256
+    narrow = sk.NARROW
+    assert (narrow.block_m, narrow.block_n, narrow.block_k, narrow.num_warps) == (128, 128, 64, 8)
 
 
 def test_a_decision_saved_as_a_dict_builds_its_plan():

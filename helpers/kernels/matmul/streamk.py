@@ -38,7 +38,7 @@ import triton.language as tl
 
 from .config import TileConfig, gpu_in_use
 from .ladder import grouped_tile
-from .persistent import (KEYS, PERSISTENT_SPACE, _checked, boxes, descriptors, setting,
+from .persistent import (KEYS, NEITHER, PERSISTENT_SPACE, _checked, boxes, descriptors, setting,
                          sm_count, stored, transposed)
 from .tma_launch import direct
 
@@ -49,7 +49,7 @@ from .tma_launch import direct
 WIDE = PERSISTENT_SPACE[0]
 # The stream-K setting where the persistent kernel cannot run at all (C's rows off 16
 # bytes, so no tuned setting of its own): its 128 x 128 tile with 8 warps.
-NARROW = PERSISTENT_SPACE[3]
+NARROW = TileConfig(128, 128, 64, num_warps=8, num_stages=4, options=NEITHER)
 
 
 def stream_k_tiles(tiles: int, sms: int) -> int:

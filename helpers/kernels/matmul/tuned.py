@@ -292,7 +292,8 @@ def _first_call(a, b, config, key) -> torch.Tensor:
             known = set(matmul_kernel_v6_tuned.cache)
             built = _build(a, b, kernel, None, row_bytes)
             if built is None:
-                if kernel == "persistent":      # C's rows off 16 bytes: stream-K stores them
+                if kernel == "persistent" and not streamk.c_rows_aligned(N, a.dtype):
+                    # C's rows off 16 bytes rule out the persistent kernel: stream-K stores them
                     candidates.update(_streamk_plans(a, b, row_bytes, streamk.NARROW))
                 continue
             candidates[kernel, row_bytes] = built
