@@ -121,11 +121,11 @@ def test_candidate_plans_are_timed_in_turn_and_each_keeps_its_median(monkeypatch
     calls, slow = [], iter(range(100))
     a, b = torch.zeros(2, 2), torch.zeros(2, 2)
 
-    def time_ms(fn, **options):
+    def time_once(fn):
         calls.append(fn())
         return {"v6": 1.0, "persistent": 0.5}[calls[-1]] + next(slow)   # a falling clock
 
-    monkeypatch.setattr(plans.bench, "time_ms", time_ms)
+    monkeypatch.setattr(plans, "time_once", time_once)
     runs = {"v6": lambda x, y: "v6", "persistent": lambda x, y: "persistent"}
     times = plans.time_plans(runs, a, b, rounds=3)
     assert calls == ["v6", "persistent"] * 3

@@ -50,11 +50,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 
 import torch
 import triton
 
-from ... import bench
 from .config import TileConfig
 from .pack import packer
 from .persistent import stored, transposed
@@ -128,10 +128,17 @@ def time_plans(runs: dict, a: torch.Tensor, b: torch.Tensor, rounds: int = PLAN_
     tuned path kept v6 at 215 us, while the persistent kernel, timed on its own first,
     took 193.5 us. Rounds cost ``rounds`` times the timing of one (a few seconds, once per
     shape, beside the tuners' own search)."""
-    fns = {name: (lambda run=run: run(a, b)) for name, run in runs.items()}
-    # Shorter runs than a single timing's, as several rounds give the median its samples.
-    timed = bench.time_rounds(fns, rounds=rounds, warmup_ms=10, rep_ms=40)
-    return {name: spread["ms"] for name, spread in timed.items()}
+    taken: dict = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            taken[name].append(time_once(lambda run=run: run(a, b)))
+    return {name: statistics.median(t) for name, t in taken.items()}
+
+
+def time_once(fn) -> float:
+    """Median milliseconds of ``fn()``, each run with a cold L2: one round's timing, shorter
+    than a lone measurement's, as the rounds add up the samples."""
+    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
 
 
 class Decisions:
