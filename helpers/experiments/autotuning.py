@@ -25,7 +25,7 @@ tuned path kept, and each candidate plan's time (``candidates_ms``, milliseconds
 ``"<kernel> as given"`` or ``"<kernel> whole lines"``; :mod:`~helpers.kernels.matmul.plan`
 says what the candidates are). A record lists the candidates of the tree it was taken at
 (its provenance's ``git_commit``): one taken before the runner-up plan
-(:func:`~helpers.kernels.matmul.tuned.runner_up`) lists one v6 plan per layout, one taken
+(:func:`~helpers.kernels.matmul.plan.runner_up`) lists one v6 plan per layout, one taken
 before stream-K (:mod:`~helpers.kernels.matmul.streamk`) no stream-K plan.
 
 **Reading a row below the floor** (:data:`FLOOR_VS_TORCH` against ``torch.matmul``). It is
