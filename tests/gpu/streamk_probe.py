@@ -129,7 +129,8 @@ for M, N, K in SHAPES:
                 row[name + " err"] = round(err, 4)
                 fns[name] = v
     for name, fn in fns.items():
-        f = (lambda fn=fn: fn(a, b)) if name[:2] in ("p ", "sk") and not name.startswith("skv") else fn
+        takes_operands = name[:2] in ("p ", "sk") and not name.startswith("skv")
+        f = (lambda fn=fn: fn(a, b)) if takes_operands else fn
         row[name] = [round(do_bench(f, rep=50) * 1e3, 1), round(warm_us(f), 1)]
     print(json.dumps(row), flush=True)
     out.append(row)

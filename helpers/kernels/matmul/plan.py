@@ -23,8 +23,9 @@ each on the operands as given and, when their rows do not start on 128-byte line
 that do. "As given" means no copy by the plan: the persistent kernel still pads B itself
 where :func:`~helpers.kernels.matmul.persistent.pads_b` says so. Each plan is timed whole,
 copies included, the candidates in turn (:func:`time_plans`). The copy is one launch,
-built on the shape's first call and launched compiled after that (:mod:`~helpers.kernels.matmul.pack`): at these sizes the
-host's Python work per call would cost more than the copy.
+built on the shape's first call and launched compiled after that
+(:mod:`~helpers.kernels.matmul.pack`): at these sizes the host's Python work per call would
+cost more than the copy.
 
 **Layout.** A row of A or B that does not start on a 128-byte line (K = 1000 in fp16: each
 row is 2,000 bytes, 16 lines less 48 bytes) makes each 128-byte piece of it straddle two

@@ -38,8 +38,8 @@ import triton.language as tl
 
 from .config import TileConfig, gpu_in_use
 from .ladder import grouped_tile
-from .persistent import (KEYS, NEITHER, PERSISTENT_SPACE, _checked, boxes, descriptors, setting,
-                         sm_count, stored, transposed)
+from .persistent import (KEYS, NEITHER, PERSISTENT_SPACE, _checked, boxes, descriptors,
+                         setting, sm_count, stored, transposed)
 from .tma_launch import direct
 
 # The tuner's second stream-K candidate, beside the persistent kernel's own setting: its
@@ -244,7 +244,14 @@ _SCRATCH = _Scratch()
 def c_rows_aligned(N: int, dtype) -> bool:
     """Whether rows of N elements start on the 16-byte boundaries a descriptor of C needs
     (else the kernel stores C from the registers: :func:`_store_tile`)."""
-    return (N * torch.empty((), dtype=dtype).element_size()) % 16 == 0
+    return (N * dtype.itemsize) % 16 == 0
+
+
+def _with_c_as_address(launch):
+    """The direct launch (``launch(tensors, args)``, descriptors of ``tensors``) of a kernel
+    whose C is an address, not a descriptor: C, the third tensor, goes first among the
+    other arguments."""
+    return lambda tensors, args: launch(tensors[:2], (tensors[2], *args))
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
@@ -279,12 +286,10 @@ def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
     # Later calls: the compiled kernel with the descriptors' encodings kept
     # (matmul_tma_launch), where this Triton allows it and it gives what the JIT gave.
     args, device, dtype = tail + tuple(constants.values()), out.device, out.dtype
-    described = 3 if c_desc else 2
     fast = None if compiled is None else direct(
-        compiled, grid, list(boxes(config, a_t, b_t))[:described])
-    if fast is not None and not c_desc:         # C goes with the other arguments
-        fast = (lambda launch: lambda tensors, args: launch(tensors[:2], (tensors[2], *args)))(
-            fast)
+        compiled, grid, list(boxes(config, a_t, b_t))[:3 if c_desc else 2])
+    if fast is not None and not c_desc:
+        fast = _with_c_as_address(fast)
     fast = None if fast is None else _checked(fast, (stored(a), stored(b)), out, args)
 
     def run(a, b):
