@@ -190,3 +190,30 @@ def test_a_committed_record_is_the_whole_draw():
         k, n = got.get("part", "1/1").split("/")
         assert k == n and "summary" in got, f"{gpu}: part {k} of {n}, not the whole draw"
         assert len(got["rows"]) == got.get("count", len(got["rows"]))
+
+
+def test_a_committed_record_is_the_draw_of_its_seed_and_its_summaries_are_its_rows():
+    """A committed record's shapes are the ones its printed seed draws on its GPU (the
+    tuner could not have known them), every output was right, each row's ratio is the
+    faster cuBLAS over ours, and the summaries the report judges are the rows' own."""
+    from helpers import records
+    from helpers.performance import extract
+
+    for gpu in records.available("matmul_shapes"):
+        rec = records.load("matmul_shapes", gpu)
+        got = rec.results
+        drawn = ms.draw(got["seed"], got["sms"], got["count"])
+        assert [(s.M, s.N, s.K, s.dtype) for s in drawn] == \
+            [(r["M"], r["N"], r["K"], r["dtype"]) for r in got["rows"]], gpu
+        for r in got["rows"]:
+            assert r["error"] < 2e-2 and r["linear_error"] < 2e-2, (gpu, r["label"])
+            best = min(r["cublas_ms"], r.get("cublas_padded_ms", math.inf))
+            assert r["vs_cublas"] == pytest.approx(best / r["ours_ms"]), (gpu, r["label"])
+        for field, key in (("summary", "vs_cublas"), ("linear_summary", "linear_vs_f_linear")):
+            again = ms.summary(got["rows"], key)
+            for part, kept in got[field].items():
+                assert kept == {k: pytest.approx(v) if isinstance(v, float) else v
+                                for k, v in again[part].items()}, (gpu, field, part)
+        rows = extract(rec)
+        geomean = next(r for r in rows if r.shape.startswith(f"{len(got['rows'])} all"))
+        assert geomean.ratio == pytest.approx(got["summary"]["all"]["geomean"])

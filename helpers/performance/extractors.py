@@ -235,6 +235,48 @@ def autotuning(rec) -> list[Row]:
     return rows
 
 
+DRAWN = "matmul() (tuned path), shapes drawn at record time"
+# (ratio in a drawn row, baseline, layout, (part, geometric-mean target) pairs, floor target)
+DRAWN_SWEEPS = (
+    ("vs_cublas", "cuBLAS (torch.matmul; on padded operands where faster)", "",
+     (("all", "drawn_geomean"), ("aligned", "drawn_aligned"), ("unaligned", "")), "drawn_floor"),
+    ("linear_vs_f_linear", "F.linear (on padded operands where faster)", ", x @ W.T",
+     (("all", "linear_geomean"), ("aligned", ""), ("unaligned", "")), "linear_floor"),
+)
+
+
+def matmul_shapes(rec) -> list[Row]:
+    """Issue 27's sweep of drawn shapes: geometric means over all, aligned and unaligned
+    rows against cuBLAS (padded where that is faster), the worst row against the floor, the
+    same for ``x @ W.T`` against ``F.linear``, and the back-to-back loops."""
+    ctx = Context(rec)
+    res = ctx.res
+    drawn = list(res["rows"])
+    seed = f"seed {res['seed']}"
+    out = []
+    for key, baseline, layout, parts, floor in DRAWN_SWEEPS:
+        for part, target in parts:
+            chosen = [r for r in drawn if part == "all" or r["aligned"] == (part == "aligned")]
+            if chosen:
+                out.append(summary(ctx, f"{DRAWN}{layout} (geometric mean)",
+                                   f"{len(chosen)} {part} shapes, {seed}", baseline,
+                                   geomean_of(r[key] for r in chosen), target))
+        worst = min(drawn, key=lambda r: r[key])
+        below = sum(not TARGETS[floor].met(r[key]) for r in drawn)
+        out.append(ctx.row(f"{DRAWN}{layout}: the slowest shape",
+                           f"{worst['M']} x {worst['N']} x {worst['K']} {worst['dtype']}, "
+                           f"{worst['family']} ({below} of {len(drawn)} shapes under "
+                           f"{TARGETS[floor].goal:g}x)", baseline, None, None, worst[key],
+                           verdicts=[(floor, by_ratio)]))
+    for loop in res["back_to_back"]:
+        out.append(ctx.row(f"{DRAWN}: back to back", f"{loop['M']} x {loop['N']} x "
+                           f"{loop['K']} bf16, {loop['calls']} calls, no L2 flush: a call's time",
+                           "torch.matmul", Value(loop["ours_us"] / 1e3, "ms"),
+                           Value(loop["torch_us"] / 1e3, "ms"), loop["ours_vs_torch"],
+                           verdicts=[("back_to_back", by_ratio)]))
+    return out
+
+
 def moe(rec) -> list[Row]:
     """Lesson 08: the experts as one grouped GEMM beside the per-expert loop,
     ``torch._grouped_mm`` (its faster weight layout) and a dense matmul of the same FLOPs at
@@ -423,11 +465,12 @@ EXTRACTORS = {"memory_wall": memory_wall, "memory_levels": memory_levels,
               "vector_add": vector_add, "tiling": tiling, "tf32": tf32, "fusion": fusion,
               "fusion_more": fusion_more, "attention": attention, "autotuning": autotuning,
               "moe": moe, "attention_decode": attention_decode, "moe_training": moe_training,
-              "fp8": fp8}
+              "fp8": fp8, "matmul_shapes": matmul_shapes}
 # A lesson's further experiments: the topic of the lesson each belongs to.
 TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fusion",
             "attention_tiles": "attention", "attention_decode": "attention",
             "moe_parallel": "moe", "moe_parallel_4gpu": "moe", "moe_training": "moe",
+            "matmul_shapes": "autotuning",
             "profiles": "fusion", "tiling_ncu": "tiling", "noise": "roofline"}
 # Records with no course kernel timed beside a baseline, and why.
 NOT_REPORTED = {

@@ -20,6 +20,7 @@ from ..experiments import attention_decode as _AD
 from ..experiments import autotuning as _AT
 from ..experiments import fp8 as _FP8
 from ..experiments import fusion as _FU
+from ..experiments import matmul_shapes as _MS
 from ..experiments import moe as _MOE
 from ..experiments import moe_training as _MOE_TRAINING
 
@@ -169,6 +170,29 @@ def _lesson_08() -> dict:
 
 
 TARGETS.update(_lesson_08())
+_MS_SRC = "helpers/experiments/matmul_shapes.py, {}; tests/test_matmul_shapes.py"
+_DRAWN = "matmul() on shapes drawn at record time, fp16 and bf16"
+TARGETS.update({
+    "drawn_geomean": Target(_MS.GEOMEAN_VS_CUBLAS, "x", f"{_DRAWN}: {{goal}} the speed of "
+                            "cuBLAS (on padded operands where faster), geometric mean",
+                            _MS_SRC.format("GEOMEAN_VS_CUBLAS"), gpus=_HOPPER),
+    "drawn_floor": Target(_MS.FLOOR_VS_CUBLAS, "x", f"{_DRAWN}, every shape: {{goal}} the "
+                          "speed of cuBLAS (padded where faster)",
+                          _MS_SRC.format("FLOOR_VS_CUBLAS"), gpus=_HOPPER),
+    "drawn_aligned": Target(_MS.ALIGNED_GEOMEAN_VS_CUBLAS, "x", f"{_DRAWN}, every dimension a "
+                            "multiple of 8: {goal} the speed of cuBLAS, geometric mean",
+                            _MS_SRC.format("ALIGNED_GEOMEAN_VS_CUBLAS"), gpus=_HOPPER),
+    "linear_geomean": Target(_MS.LINEAR_GEOMEAN_VS_F_LINEAR, "x", "x @ W.T (nn.Linear's "
+                             "layout) on the drawn shapes: {goal} the speed of F.linear, "
+                             "geometric mean", _MS_SRC.format("LINEAR_GEOMEAN_VS_F_LINEAR"),
+                             gpus=_HOPPER),
+    "linear_floor": Target(_MS.LINEAR_FLOOR_VS_F_LINEAR, "x", "x @ W.T on every drawn shape: "
+                           "{goal} the speed of F.linear",
+                           _MS_SRC.format("LINEAR_FLOOR_VS_F_LINEAR"), gpus=_HOPPER),
+    "back_to_back": Target(_MS.BACK_TO_BACK_VS_TORCH, "x", "matmul() called back to back "
+                           "(500 calls, bf16, no L2 flush): {goal} torch.matmul's calls per "
+                           "second", _MS_SRC.format("BACK_TO_BACK_VS_TORCH"), gpus=_HOPPER),
+})
 _FP8_SRC = "helpers/experiments/fp8.py, {}; tests/test_fp8_record.py"
 TARGETS.update({
     "fp8_vs_scaled_mm": Target(_FP8.TENSOR_VS_SCALED_MM, "x", "lesson 09's FP8 matmul, "
