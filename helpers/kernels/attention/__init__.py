@@ -17,6 +17,10 @@
 * :func:`flash_decode_forward`: a few queries against many keys (decoding), the keys split
   among programs and merged by their log-sum-exps (:mod:`helpers.kernels.attention.decode`);
   :func:`flash_attention_forward` takes it by itself for short queries (:func:`uses_decoding`).
+* Tile settings: :func:`forward_config` and :func:`backward_config` are the table measured
+  at 8,192 tokens; on a GPU the kernels take the setting :mod:`~helpers.kernels.attention.tuning`
+  timed for each call's head width, length bucket, mask and dtype (the table among the
+  candidates), unless the caller passes one.
 
 Shapes: ``q`` is ``(batch, seq_q, d)`` or ``(batch, heads, seq_q, d)``; ``k`` and ``v`` are
 ``(batch, seq_k, d)`` or ``(batch, kv_heads, seq_k, d)`` with ``heads`` a multiple of
@@ -45,6 +49,7 @@ from . import backward as attention_backward  # the names lesson 06 shows its co
 from . import decode as attention_decode
 from . import forward as attention_forward
 from . import tiled as attention_tiled
+from . import tuning
 from .backward import (attention_bwd_dkdv_kernel, attention_bwd_dq_kernel,
                                  attention_bwd_preprocess_kernel)
 from .forward import attention_fwd_kernel
@@ -187,7 +192,9 @@ SHORT = 1024     # queries up to which the forward takes smaller tiles (forward_
 def forward_config(head_dim: int, dtype: torch.dtype, compiled: bool | None = None,
                    seq_q: int | None = None) -> dict:
     """The forward kernel's tile and launch settings for this head size and dtype, compiled
-    on a GPU (``compiled``, the default in GPU mode) or in the interpreter (small tiles).
+    on a GPU (``compiled``, the default in GPU mode) or in the interpreter (small tiles):
+    the table, which the tuner (:mod:`~helpers.kernels.attention.tuning`) starts from and
+    keeps for problems too small to tune.
 
     From the tile sweep (:mod:`helpers.experiments.attention_tiles`, recorded in
     ``helpers/records/attention_tiles__H100-SXM.json``: bf16, batch 4, 16 heads, 8192
@@ -290,14 +297,21 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     _check_kernel_inputs(q4, k4, v4)
     if not config and uses_decoding(q4.shape[1], k4.shape[1], q4.shape[2]):
         return _decode_forward(q4, k4, v4, squeeze, causal, _scale(q, sm_scale), {})
-    settings = {**forward_config(q4.shape[-1], q4.dtype, seq_q=q4.shape[2]), **config}
-    if settings["block_m"] % settings["block_n"]:
-        raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
-                         "is block_m keys wide and is walked in tiles of block_n")
     diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
     o = torch.empty_like(q4, memory_format=torch.contiguous_format)
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
-    attention_forward.launch(q4, k4, v4, o, lse, diagonal, _scale(q, sm_scale), **settings)
+    table = forward_config(q4.shape[-1], q4.dtype, seq_q=q4.shape[2])
+
+    def run(tiles):
+        attention_forward.launch(q4, k4, v4, o, lse, diagonal, _scale(q, sm_scale), **tiles)
+
+    # Without config, on a GPU: the setting tuned for this call's key (tuning.choose).
+    settings = {**table, **config} if config else tuning.choose(
+        "forward", q4, k4, diagonal is not None, table, run, attention_fwd_kernel)
+    if settings["block_m"] % settings["block_n"]:
+        raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
+                         "is block_m keys wide and is walked in tiles of block_n")
+    run(settings)
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
 
 
@@ -377,10 +391,28 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
     do4, o4, lse4 = do4.to(q4.dtype).contiguous(), o4.to(q4.dtype).contiguous(), lse4.contiguous()
     dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
     delta = torch.empty_like(lse4)
-    settings = {**backward_config(q4.shape[-1], q4.dtype), **config}
     diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
-    attention_backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, diagonal,
-                              _scale(q, sm_scale), **settings)
+    scale = _scale(q, sm_scale)
+    table = backward_config(q4.shape[-1], q4.dtype)
+    if config:
+        settings = {**table, **config}
+        attention_backward.launch(do4, q4, k4, v4, o4, lse4, dq, dk, dv, delta, diagonal,
+                                  scale, **settings)
+    else:
+        # On a GPU, each kernel's setting tuned for this call's key, each kernel timed alone.
+        attention_backward.launch_preprocess(do4, o4, delta)
+        dkdv = tuning.choose("dkdv", q4, k4, diagonal is not None, table["dkdv"],
+                             lambda tiles: attention_backward.launch_dkdv(
+                                 do4, q4, k4, v4, lse4, delta, dk, dv, diagonal, scale,
+                                 **tiles), attention_bwd_dkdv_kernel)
+        dq_tiles = tuning.choose("dq", q4, k4, diagonal is not None, table["dq_tiles"],
+                                 lambda tiles: attention_backward.launch_dq(
+                                     do4, q4, k4, v4, lse4, delta, dq, diagonal, scale,
+                                     **tiles), attention_bwd_dq_kernel)
+        attention_backward.launch_dkdv(do4, q4, k4, v4, lse4, delta, dk, dv, diagonal, scale,
+                                       **dkdv)
+        attention_backward.launch_dq(do4, q4, k4, v4, lse4, delta, dq, diagonal, scale,
+                                     **dq_tiles)
     grads = (dq, dk, dv)
     return tuple(g.squeeze(1) for g in grads) if squeeze else grads
 

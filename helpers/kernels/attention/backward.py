@@ -222,22 +222,45 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, delta, diagonal: int | None, sm_scal
     (the public launcher makes them contiguous). ``dkdv`` and ``dq_tiles`` each hold
     ``block_m``, ``block_n``, ``num_warps`` and ``num_stages`` for their kernel.
     ``diagonal``: query ``i`` sees keys ``j <= i + diagonal``; None, every key."""
-    batch, heads, seq_q, head_dim = q.shape
-    kv_heads, seq_k = k.shape[1], k.shape[2]
-    group = heads // kv_heads
-    q_strides = (q.stride(0), q.stride(1), q.stride(2))
-    k_strides = (k.stride(0), k.stride(1), k.stride(2))
-    width = dict(HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim))
-    causal = dict(CAUSAL=diagonal is not None)
+    launch_preprocess(do, o, delta)
+    launch_dkdv(do, q, k, v, lse, delta, dk, dv, diagonal, sm_scale, **dkdv)
+    launch_dq(do, q, k, v, lse, delta, dq, diagonal, sm_scale, **dq_tiles)
+
+
+def _shared(q, k, diagonal) -> dict:
+    """The launch arguments every backward kernel takes alike."""
+    head_dim = q.shape[-1]
+    return dict(GROUP=q.shape[1] // k.shape[1], HEAD_DIM=head_dim,
+                BLOCK_D=triton.next_power_of_2(head_dim), CAUSAL=diagonal is not None)
+
+
+def launch_preprocess(do, o, delta) -> None:
+    """``delta = rowsum(dO * O)``, one float a query row."""
+    batch, heads, seq_q, head_dim = o.shape
     attention_bwd_preprocess_kernel[(triton.cdiv(seq_q, 64), batch * heads)](
-        o, do, delta, *q_strides, heads, seq_q, **width, BLOCK_M=64)
-    attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, dkdv["block_n"]), batch * kv_heads)](
-        q, k, v, do, lse, delta, dk, dv, sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k,
-        diagonal or 0, GROUP=group, **width, BLOCK_M=dkdv["block_m"],
-        BLOCK_N=dkdv["block_n"], **causal, num_warps=dkdv["num_warps"],
-        num_stages=dkdv["num_stages"])
-    attention_bwd_dq_kernel[(triton.cdiv(seq_q, dq_tiles["block_m"]), batch * heads)](
-        q, k, v, do, lse, delta, dq, sm_scale, *q_strides, *k_strides, heads, seq_q, seq_k,
-        diagonal or 0, GROUP=group, **width, BLOCK_M=dq_tiles["block_m"],
-        BLOCK_N=dq_tiles["block_n"], **causal, num_warps=dq_tiles["num_warps"],
-        num_stages=dq_tiles["num_stages"])
+        o, do, delta, o.stride(0), o.stride(1), o.stride(2), heads, seq_q, HEAD_DIM=head_dim,
+        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=64)
+
+
+def launch_dkdv(do, q, k, v, lse, delta, dk, dv, diagonal: int | None, sm_scale: float, *,
+                block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
+    """dK and dV, one K/V tile a program (``delta`` already filled)."""
+    batch, heads, seq_q, _ = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, block_n), batch * kv_heads)](
+        q, k, v, do, lse, delta, dk, dv, sm_scale, q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2), heads, seq_q, seq_k, diagonal or 0,
+        **_shared(q, k, diagonal), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+        num_stages=num_stages)
+
+
+def launch_dq(do, q, k, v, lse, delta, dq, diagonal: int | None, sm_scale: float, *,
+              block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
+    """dQ, one Q tile a program (``delta`` already filled)."""
+    batch, heads, seq_q, _ = q.shape
+    seq_k = k.shape[2]
+    attention_bwd_dq_kernel[(triton.cdiv(seq_q, block_m), batch * heads)](
+        q, k, v, do, lse, delta, dq, sm_scale, q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2), heads, seq_q, seq_k, diagonal or 0,
+        **_shared(q, k, diagonal), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+        num_stages=num_stages)

@@ -119,9 +119,10 @@ def operand_packer(a, b, pad_a: bool, pad_b: bool, n_padded: int, row_bytes: int
 PLAN_ROUNDS = 3
 
 
-def time_plans(runs: dict, a: torch.Tensor, b: torch.Tensor, rounds: int = PLAN_ROUNDS) -> dict:
+def time_plans(runs: dict, *args, rounds: int = PLAN_ROUNDS) -> dict:
     """``name -> run`` as ``name -> ms``: each whole plan's median time over ``rounds``
-    rounds, every plan once a round, in turn (A B C, A B C, ...), each run with a cold L2.
+    rounds, every plan once a round, in turn (A B C, A B C, ...), each ``run(*args)`` with a
+    cold L2. (Lesson 06's attention tuner times its candidate settings the same way.)
 
     In turn, not one plan after another: under a long load an H200's SM clock fell from
     about 1,980 to 1,560 MHz, and a plan timed after the others ran on the slower chip. One
@@ -132,7 +133,7 @@ def time_plans(runs: dict, a: torch.Tensor, b: torch.Tensor, rounds: int = PLAN_
     taken: dict = {name: [] for name in runs}
     for _ in range(rounds):
         for name, run in runs.items():
-            taken[name].append(time_once(lambda run=run: run(a, b)))
+            taken[name].append(time_once(lambda run=run: run(*args)))
     return {name: statistics.median(t) for name, t in taken.items()}
 
 
@@ -143,26 +144,30 @@ def time_once(fn) -> float:
 
 
 class Decisions:
-    """Winning plans on disk, one small JSON file per shape and layout, in Triton's cache."""
+    """Winning plans on disk, one small JSON file per shape and layout, in Triton's cache.
+    (Lesson 06's attention tuner keeps its settings in another ``file``, keyed its way.)"""
 
     FILE = "matmul_plan.json"
 
-    def __init__(self, salt: str = "course-matmul-plan-1"):
-        self.salt = salt
+    def __init__(self, salt: str = "course-matmul-plan-1", file: str = FILE):
+        self.salt, self.file = salt, file
+
+    def key_of(self, *parts) -> str:
+        """A key from anything printable: the salt and ``parts``, hashed."""
+        return hashlib.sha256(repr((self.salt, *parts)).encode()).hexdigest()
 
     def key(self, a: torch.Tensor, b: torch.Tensor, kernels: tuple[str, ...]) -> str:
         """Everything the winner depends on: exact shapes, strides, dtype, the operands'
         offsets within a line, the GPU, Triton, and the kernels' own cache keys (their
         source and the spaces they search)."""
         props = torch.cuda.get_device_properties(a.device)
-        parts = (self.salt, tuple(a.shape), tuple(b.shape), a.stride(), b.stride(),
-                 str(a.dtype), a.data_ptr() % LINE, b.data_ptr() % LINE, props.name,
-                 (props.major, props.minor), triton.__version__, kernels)
-        return hashlib.sha256(repr(parts).encode()).hexdigest()
+        return self.key_of(tuple(a.shape), tuple(b.shape), a.stride(), b.stride(),
+                           str(a.dtype), a.data_ptr() % LINE, b.data_ptr() % LINE, props.name,
+                           (props.major, props.minor), triton.__version__, kernels)
 
     def get(self, key: str) -> dict | None:
         from triton.runtime.cache import get_cache_manager
-        path = get_cache_manager(key).get_file(self.FILE)
+        path = get_cache_manager(key).get_file(self.file)
         if path is None:
             return None
         try:
@@ -173,7 +178,7 @@ class Decisions:
 
     def put(self, key: str, decision: dict) -> None:
         from triton.runtime.cache import get_cache_manager
-        get_cache_manager(key).put(json.dumps(decision, sort_keys=True), self.FILE,
+        get_cache_manager(key).put(json.dumps(decision, sort_keys=True), self.file,
                                    binary=False)
 
 

@@ -1,0 +1,164 @@
+"""Attention's tile settings chosen by measurement on the GPU in use, as lesson 07 tunes.
+
+:func:`~helpers.kernels.attention.forward_config` and ``backward_config`` are one table,
+read off a sweep at 8,192 tokens on an H100. A table is right where it was read and a few
+per cent off elsewhere: on an H200 (bf16, 512 to 16,384 tokens, d = 64 and 128, causal and
+not; ``tests/gpu/attention_fwd_probe.py``) the best of ten forward settings beat the
+table's by up to 3%, and the winner changed with the length (64 x 64 tiles at 4k causal,
+64 x 32 at 512 causal, 128 x 64 with 4 stages at 16k). So on a GPU each pass is tuned per
+**key**: the head's width (:func:`~helpers.kernels.attention.block_d`), the length bucket
+of the queries and of the keys (:func:`length_bucket`), causal or not, and the dtype.
+
+On a key's first call the tuner times every candidate of the pass's space that fits the
+GPU's shared memory (:func:`candidates`; the table's setting is always one of them) on the
+call's own tensors, in interleaved rounds as lesson 07 times whole plans
+(:func:`helpers.kernels.matmul.plan.time_plans`), and keeps the fastest: in memory for
+the process, and on disk in Triton's cache (:class:`helpers.kernels.matmul.plan.Decisions`,
+keyed also by the GPU, Triton's version and the kernel's source), so a new process reads
+the choice instead of timing again. The backward's two kernels are tuned apart, each
+alone: dK/dV and dQ do not share a setting.
+
+Tuning costs seconds, once a key: each candidate compiles, then runs a few dozen times.
+A problem too small to repay that (:data:`MIN_WORK`), the interpreter (CPU mode) and
+:data:`ENABLED` off all take the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+
+import torch
+import triton
+
+from ... import runtime
+from ..matmul.plan import Decisions, time_plans
+
+# Tune on a GPU (off: the table, as before the tuner; tests switch it per case).
+ENABLED = True
+# Least batch x heads x queries x keys x head width worth tuning: 2^32 is 4 x 16 heads of
+# 1,024 tokens at d = 64, whose forward takes about 50 us; below it the table is kept.
+MIN_WORK = 2 ** 32
+# Lengths share a bucket up to the next power of two, from 128 to 16,384 (longer
+# sequences run hundreds of tiles a program, and their best setting stops moving).
+SHORTEST, LONGEST = 128, 16384
+
+# Candidate settings per pass: (block_m, block_n, num_warps, num_stages). The forward and
+# dQ keep a Q tile resident and walk key tiles (block_m a multiple of block_n); dK/dV keeps a
+# K/V tile resident and walks query tiles (block_n a multiple of block_m).
+SPACES = {
+    "forward": ((128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4),
+                (128, 64, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3), (64, 32, 4, 2),
+                (32, 32, 4, 2)),
+    "dkdv": ((64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 8, 2),
+             (16, 32, 4, 1), (32, 64, 4, 1)),
+    "dq": ((128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3),
+           (32, 16, 4, 1), (64, 32, 4, 2)),
+}
+RESIDENT = {"forward": "block_m", "dkdv": "block_n", "dq": "block_m"}
+SHARED_FALLBACK = 232448    # bytes of shared memory a block may opt into on an H100
+
+DECISIONS = Decisions(salt="course-attention-settings-1", file="attention_settings.json")
+_KEPT: dict = {}          # key -> settings, this process's choices
+
+
+def length_bucket(n: int) -> int:
+    """``n`` up to a power of two, within ``SHORTEST .. LONGEST``."""
+    return min(max(triton.next_power_of_2(n), SHORTEST), LONGEST)
+
+
+def key(pass_name: str, q, k, causal: bool) -> tuple:
+    """What a setting is chosen for: the pass, the head's width, the length buckets of the
+    queries and the keys, causal or not, and the dtype."""
+    width = triton.next_power_of_2(q.shape[-1])
+    return (pass_name, width, length_bucket(q.shape[2]), length_bucket(k.shape[2]),
+            bool(causal), str(q.dtype).replace("torch.", ""))
+
+
+def worth_tuning(q, k) -> bool:
+    """Whether to tune: compiled kernels (GPU mode), the tuner on, and a problem big enough
+    that a tuned setting repays its timing."""
+    batch, heads, seq_q, head_dim = q.shape
+    return (ENABLED and runtime.is_gpu()
+            and batch * heads * seq_q * k.shape[2] * head_dim >= MIN_WORK)
+
+
+def _tiles(setting) -> dict:
+    block_m, block_n, num_warps, num_stages = setting
+    return dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+
+
+def shared_bytes(pass_name: str, tiles: dict, width: int, element_size: int) -> int:
+    """Shared memory a setting asks for, roughly: its resident tile, and the tiles it walks
+    (two tensors each: K and V, or Q and dO) buffered once per pipeline stage past the first.
+    Triton's own count differs by a few KiB; a setting over the GPU's limit that this lets
+    through fails to launch, and the tuner skips it."""
+    resident = tiles[RESIDENT[pass_name]]
+    walked = tiles["block_n"] if RESIDENT[pass_name] == "block_m" else tiles["block_m"]
+    buffers = max(tiles["num_stages"] - 1, 1)
+    return element_size * width * (resident + 2 * buffers * walked)
+
+
+def candidates(pass_name: str, table: dict, width: int, element_size: int,
+               shared_limit: int) -> list[dict]:
+    """The table's setting first, then each setting of the pass's space that fits."""
+    out = [dict(table)]
+    for setting in SPACES[pass_name]:
+        tiles = _tiles(setting)
+        resident, walked = (tiles["block_m"], tiles["block_n"]) \
+            if RESIDENT[pass_name] == "block_m" else (tiles["block_n"], tiles["block_m"])
+        if resident % walked or tiles in out:
+            continue
+        if shared_bytes(pass_name, tiles, width, element_size) <= shared_limit:
+            out.append(tiles)
+    return out
+
+
+def name_of(tiles: dict) -> str:
+    return "{block_m}x{block_n} w{num_warps} s{num_stages}".format(**tiles)
+
+
+def source_key(kernel) -> str:
+    """The kernel's source as Triton keys its cache (with the functions it calls), or, in
+    the interpreter, a hash of its own source."""
+    if hasattr(kernel, "cache_key"):
+        return kernel.cache_key
+    return hashlib.sha256(inspect.getsource(getattr(kernel, "fn", kernel)).encode()).hexdigest()
+
+
+def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel) -> dict:
+    """The setting for this call: the process's or the disk's choice for its key, else the
+    fastest candidate timed now with ``run(tiles)`` (one launch; it may raise Triton's
+    ``OutOfResources``, and that candidate is dropped). ``kernel``: the JIT function, whose
+    source (``cache_key``) keys the disk."""
+    if not worth_tuning(q, k):
+        return table
+    this = key(pass_name, q, k, causal)
+    if this in _KEPT:
+        return _KEPT[this]
+    props = torch.cuda.get_device_properties(q.device)
+    disk_key = DECISIONS.key_of(this, props.name, (props.major, props.minor),
+                                triton.__version__, source_key(kernel), SPACES[pass_name])
+    kept = DECISIONS.get(disk_key)
+    if kept is None:
+        limit = getattr(props, "shared_memory_per_block_optin", 0) or SHARED_FALLBACK
+        kept = _timed(pass_name, table, run, this[1], q.element_size(), limit)
+        DECISIONS.put(disk_key, kept)
+    _KEPT[this] = kept["tiles"]
+    return kept["tiles"]
+
+
+def _timed(pass_name: str, table: dict, run, width: int, element_size: int,
+           limit: int) -> dict:
+    """Every candidate that launches, timed in turn: ``{"tiles": the fastest, "ms": each
+    one's median}``."""
+    runs, settings = {}, {}
+    for tiles in candidates(pass_name, table, width, element_size, limit):
+        try:
+            run(tiles)                      # compiles it; too much shared memory raises
+        except triton.runtime.errors.OutOfResources:
+            continue
+        name = name_of(tiles)
+        runs[name], settings[name] = (lambda tiles=tiles: run(tiles)), tiles
+    times = time_plans(runs)
+    return {"tiles": settings[min(times, key=times.get)], "ms": times}
