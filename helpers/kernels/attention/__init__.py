@@ -302,8 +302,9 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
     table = forward_config(q4.shape[-1], q4.dtype, seq_q=q4.shape[2])
 
-    def run(tiles):
-        attention_forward.launch(q4, k4, v4, o, lse, diagonal, _scale(q, sm_scale), **tiles)
+    def run(tiles, compile_only=False):
+        attention_forward.launch(q4, k4, v4, o, lse, diagonal, _scale(q, sm_scale), **tiles,
+                                 compile_only=compile_only)
 
     # Without config, on a GPU: the setting tuned for this call's key (tuning.choose).
     settings = {**table, **config} if config else tuning.choose(
@@ -402,13 +403,13 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
         # On a GPU, each kernel's setting tuned for this call's key, each kernel timed alone.
         attention_backward.launch_preprocess(do4, o4, delta)
         dkdv = tuning.choose("dkdv", q4, k4, diagonal is not None, table["dkdv"],
-                             lambda tiles: attention_backward.launch_dkdv(
+                             lambda tiles, **how: attention_backward.launch_dkdv(
                                  do4, q4, k4, v4, lse4, delta, dk, dv, diagonal, scale,
-                                 **tiles), attention_bwd_dkdv_kernel)
+                                 **tiles, **how), attention_bwd_dkdv_kernel)
         dq_tiles = tuning.choose("dq", q4, k4, diagonal is not None, table["dq_tiles"],
-                                 lambda tiles: attention_backward.launch_dq(
+                                 lambda tiles, **how: attention_backward.launch_dq(
                                      do4, q4, k4, v4, lse4, delta, dq, diagonal, scale,
-                                     **tiles), attention_bwd_dq_kernel)
+                                     **tiles, **how), attention_bwd_dq_kernel)
         attention_backward.launch_dkdv(do4, q4, k4, v4, lse4, delta, dk, dv, diagonal, scale,
                                        **dkdv)
         attention_backward.launch_dq(do4, q4, k4, v4, lse4, delta, dq, diagonal, scale,

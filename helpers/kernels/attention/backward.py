@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .forward import load_rows
+from .forward import launcher, load_rows
 
 LOG2_E = tl.constexpr(1.4426950408889634)
 
@@ -243,11 +243,14 @@ def launch_preprocess(do, o, delta) -> None:
 
 
 def launch_dkdv(do, q, k, v, lse, delta, dk, dv, diagonal: int | None, sm_scale: float, *,
-                block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
-    """dK and dV, one K/V tile a program (``delta`` already filled)."""
+                block_m: int, block_n: int, num_warps: int, num_stages: int,
+                compile_only: bool = False) -> None:
+    """dK and dV, one K/V tile a program (``delta`` already filled); ``compile_only``: as
+    :func:`helpers.kernels.attention.forward.launch`."""
     batch, heads, seq_q, _ = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
-    attention_bwd_dkdv_kernel[(triton.cdiv(seq_k, block_n), batch * kv_heads)](
+    launcher(attention_bwd_dkdv_kernel, (triton.cdiv(seq_k, block_n), batch * kv_heads),
+             compile_only)(
         q, k, v, do, lse, delta, dk, dv, sm_scale, q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2), heads, seq_q, seq_k, diagonal or 0,
         **_shared(q, k, diagonal), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
@@ -255,11 +258,14 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, diagonal: int | None, sm_scale:
 
 
 def launch_dq(do, q, k, v, lse, delta, dq, diagonal: int | None, sm_scale: float, *,
-              block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
-    """dQ, one Q tile a program (``delta`` already filled)."""
+              block_m: int, block_n: int, num_warps: int, num_stages: int,
+              compile_only: bool = False) -> None:
+    """dQ, one Q tile a program (``delta`` already filled); ``compile_only``: as
+    :func:`helpers.kernels.attention.forward.launch`."""
     batch, heads, seq_q, _ = q.shape
     seq_k = k.shape[2]
-    attention_bwd_dq_kernel[(triton.cdiv(seq_q, block_m), batch * heads)](
+    launcher(attention_bwd_dq_kernel, (triton.cdiv(seq_q, block_m), batch * heads),
+             compile_only)(
         q, k, v, do, lse, delta, dq, sm_scale, q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2), heads, seq_q, seq_k, diagonal or 0,
         **_shared(q, k, diagonal), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,

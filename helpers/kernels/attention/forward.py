@@ -35,6 +35,8 @@ add nothing to ``Q K^T`` and are never stored.
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 
@@ -156,12 +158,13 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
 
 
 def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_m: int,
-           block_n: int, num_warps: int, num_stages: int) -> None:
+           block_n: int, num_warps: int, num_stages: int, compile_only: bool = False) -> None:
     """Fill ``o`` and ``lse`` for checked 4-D tensors (the last dimension contiguous).
-    ``diagonal``: query ``i`` sees keys ``j <= i + diagonal``; None, every key."""
+    ``diagonal``: query ``i`` sees keys ``j <= i + diagonal``; None, every key.
+    ``compile_only``: compile this setting and launch nothing (a tuner's head start)."""
     batch, heads, seq_q, head_dim = q.shape
     grid = (triton.cdiv(seq_q, block_m), batch * heads)
-    attention_fwd_kernel[grid](
+    launcher(attention_fwd_kernel, grid, compile_only)(
         q, k, v, o, lse, sm_scale,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -171,3 +174,9 @@ def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_m: i
         GROUP=heads // k.shape[1], HEAD_DIM=head_dim,
         BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
         CAUSAL=diagonal is not None, num_warps=num_warps, num_stages=num_stages)
+
+
+def launcher(kernel, grid, compile_only: bool = False):
+    """``kernel[grid]``, or with ``compile_only`` its ``warmup`` on that grid: the same
+    arguments compile the same kernel and launch nothing."""
+    return functools.partial(kernel.warmup, grid=grid) if compile_only else kernel[grid]

@@ -33,6 +33,7 @@ import triton
 
 from ... import runtime
 from ..matmul.plan import Decisions, time_plans
+from ..matmul.precompile import side_by_side
 
 # Tune on a GPU (off: the table, as before the tuner; tests switch it per case).
 ENABLED = True
@@ -48,12 +49,10 @@ SHORTEST, LONGEST = 128, 16384
 # K/V tile resident and walks query tiles (block_n a multiple of block_m).
 SPACES = {
     "forward": ((128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4),
-                (128, 64, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3), (64, 32, 4, 2),
-                (32, 32, 4, 2)),
-    "dkdv": ((64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 8, 2),
-             (16, 32, 4, 1), (32, 64, 4, 1)),
+                (128, 64, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3), (64, 32, 4, 2)),
+    "dkdv": ((64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 2), (32, 64, 4, 1)),
     "dq": ((128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3),
-           (32, 16, 4, 1), (64, 32, 4, 2)),
+           (64, 32, 4, 2)),
 }
 RESIDENT = {"forward": "block_m", "dkdv": "block_n", "dq": "block_m"}
 SHARED_FALLBACK = 232448    # bytes of shared memory a block may opt into on an H100
@@ -129,8 +128,9 @@ def source_key(kernel) -> str:
 def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel) -> dict:
     """The setting for this call: the process's or the disk's choice for its key, else the
     fastest candidate timed now with ``run(tiles)`` (one launch; it may raise Triton's
-    ``OutOfResources``, and that candidate is dropped). ``kernel``: the JIT function, whose
-    source (``cache_key``) keys the disk."""
+    ``OutOfResources``, and that candidate is dropped; ``run(tiles, compile_only=True)``
+    compiles without launching). ``kernel``: the JIT function, whose source
+    (``cache_key``) keys the disk."""
     if not worth_tuning(q, k):
         return table
     this = key(pass_name, q, k, causal)
@@ -151,9 +151,13 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel) -> dict
 def _timed(pass_name: str, table: dict, run, width: int, element_size: int,
            limit: int) -> dict:
     """Every candidate that launches, timed in turn: ``{"tiles": the fastest, "ms": each
-    one's median}``."""
+    one's median}``. The candidates compile side by side first, in worker threads
+    (:func:`helpers.kernels.matmul.precompile.side_by_side`, as lesson 07's tuner does)."""
+    found = candidates(pass_name, table, width, element_size, limit)
+    if runtime.is_gpu():
+        side_by_side([lambda tiles=tiles: run(tiles, compile_only=True) for tiles in found])
     runs, settings = {}, {}
-    for tiles in candidates(pass_name, table, width, element_size, limit):
+    for tiles in found:
         try:
             run(tiles)                      # compiles it; too much shared memory raises
         except triton.runtime.errors.OutOfResources:
