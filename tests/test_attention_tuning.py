@@ -125,7 +125,10 @@ def test_the_fastest_candidate_is_kept_for_the_process_and_read_from_disk_after(
     monkeypatch.setattr(tuning, "_KEPT", {})
     assert tuning.choose("forward", q, k, True, table, run, A.attention_fwd_kernel) == got
     assert len(stand_in_gpu.timed) == timed
-    # Another key (not causal) is timed on its own.
+    # Other shapes in the same buckets share the choice; another key (not causal) is timed.
+    q2, k2, _ = qkv(seq_q=50, seq_k=60)
+    assert tuning.choose("forward", q2, k2, True, table, run, A.attention_fwd_kernel) == got
+    assert len(stand_in_gpu.timed) == timed
     tuning.choose("forward", q, k, False, table, run, A.attention_fwd_kernel)
     assert len(stand_in_gpu.timed) == 2 * timed
 
@@ -209,7 +212,7 @@ def test_compiled_the_tuner_times_the_real_kernels_and_keeps_the_fastest(
     for times, pass_name in zip(rounds, ("forward", "dkdv", "dq")):
         print(f"causal={causal} {pass_name}:", {n: round(t, 4) for n, t in times.items()})
         assert len(times) >= 3, (pass_name, times)
-        chosen = tuning._KEPT[tuning.key(pass_name, q, k, causal)]
+        chosen = tuning._KEPT[(*tuning.key(pass_name, q, k, causal), q.device)]
         assert tuning.name_of(chosen) == min(times, key=times.get), (pass_name, times)
     A.flash_attention_forward(q, k, v, causal=causal)
     A.flash_attention_backward(do, q, k, v, o, lse, causal=causal)

@@ -58,7 +58,7 @@ RESIDENT = {"forward": "block_m", "dkdv": "block_n", "dq": "block_m"}
 SHARED_FALLBACK = 232448    # bytes of shared memory a block may opt into on an H100
 
 DECISIONS = Decisions(salt="course-attention-settings-1", file="attention_settings.json")
-_KEPT: dict = {}          # key -> settings, this process's choices
+_KEPT: dict = {}          # key (and each call's shapes) -> settings: this process's choices
 
 
 def length_bucket(n: int) -> int:
@@ -133,18 +133,24 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel) -> dict
     (``cache_key``) keys the disk."""
     if not worth_tuning(q, k):
         return table
-    this = key(pass_name, q, k, causal)
+    # A call seen before: its shapes, mask, dtype and GPU, looked up as they come (the key
+    # below costs microseconds of Python, which a short sequence's call cannot spare).
+    call = (pass_name, q.shape, k.shape, bool(causal), q.dtype, q.device)
+    if call in _KEPT:
+        return _KEPT[call]
+    this = (*key(pass_name, q, k, causal), q.device)
     if this in _KEPT:
+        _KEPT[call] = _KEPT[this]
         return _KEPT[this]
     props = torch.cuda.get_device_properties(q.device)
-    disk_key = DECISIONS.key_of(this, props.name, (props.major, props.minor),
+    disk_key = DECISIONS.key_of(this[:-1], props.name, (props.major, props.minor),
                                 triton.__version__, source_key(kernel), SPACES[pass_name])
     kept = DECISIONS.get(disk_key)
     if kept is None:
         limit = getattr(props, "shared_memory_per_block_optin", 0) or SHARED_FALLBACK
         kept = _timed(pass_name, table, run, this[1], q.element_size(), limit)
         DECISIONS.put(disk_key, kept)
-    _KEPT[this] = kept["tiles"]
+    _KEPT[this] = _KEPT[call] = kept["tiles"]
     return kept["tiles"]
 
 
