@@ -118,3 +118,32 @@ def test_the_prediction_against_the_committed_records():
         if others:
             assert not ex.check_persistent_groups(sorted(kept) + others[:1], rec)
         assert len(ex.kernel_patterns(rec)) == len(ex.GROUPS)
+
+
+def test_waves():
+    # 1440 x 1424: 12 x 12 = 144 tiles of 128 x 128 on 132 SMs, one wave and 12 tiles.
+    assert ex.check_waves(2, 1440, 1424, 132)
+    assert_unanswered(ex.check_waves(None, 1440, 1424, 132))
+    assert "rounded down" in ex.check_waves(1, 1440, 1424, 132).message
+    assert "the last wave is paid whole" in ex.check_waves(1.09, 1440, 1424, 132).message
+    assert "you counted tiles" in ex.check_waves(144, 1440, 1424, 132).message
+    assert ex.check_waves(1, 1408, 1536, 132)             # 11 x 12 = 132 tiles: one full wave
+
+
+def test_the_drawn_records_wave_rows_read_their_rows():
+    from helpers.plots import autotuning as at_plots
+
+    for gpu in records.available("matmul_shapes"):
+        rec = records.load("matmul_shapes", gpu)
+        rows = at_plots.wave_rows(rec)
+        tails = [r for r in rec.results["rows"] if r["family"] == "tail"]
+        assert len(rows) == len(tails) > 0
+        for row, r in zip(rows, tails):
+            assert row["waves paid"] == -(-row["tiles"] // rec.results["sms"])
+            assert 0 < row["last wave full"] <= 1
+            assert row["ours/cuBLAS"] == r["vs_cublas"]
+            # A tail shape lands a few tiles past a whole wave (the experiment's promise).
+            assert row["last wave full"] < 0.25, row
+        summary = at_plots.drawn_summary_rows(rec)
+        assert [s["rows"] for s in summary] == ["all", "aligned", "unaligned"]
+        assert summary[0]["ours/cuBLAS"] == rec.results["summary"]["all"]["geomean"]

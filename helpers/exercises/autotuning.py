@@ -265,3 +265,18 @@ def check_persistent_groups(answer, rec) -> Feedback:
                      "once: which shapes let a program start the next tile while it stores "
                      "this one, or gain from boxes instead of masks?")
     return Feedback(part, False, "; ".join(slips))
+
+
+def check_waves(answer, M: int, N: int, sms: int, tile: int = 128) -> Feedback:
+    """Exercise: the waves a data-parallel launch of ``tile x tile`` output tiles takes on
+    ``sms`` SMs, one tile per SM at a time: a part-filled last wave takes a whole one."""
+    tiles = math.ceil(M / tile) * math.ceil(N / tile)
+    expected = math.ceil(tiles / sms)
+    mistakes = [(tiles // sms, "you rounded down: the tiles past the whole waves run a wave "
+                 "of their own"),
+                (round(tiles / sms, 2), "you counted the work, not the time: the last wave "
+                 "is paid whole however few tiles it holds"),
+                (tiles, "you counted tiles: divide by the SMs, one tile each at a time")]
+    return check_number(f"waves of {tile}x{tile} tiles of a {M} x {N} output on {sms} SMs",
+                        answer, expected, rel=0.0, mistakes=_keep(expected, mistakes),
+                        hint=f"ceil(M / {tile}) x ceil(N / {tile}) tiles, {sms} a wave")

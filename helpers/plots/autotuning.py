@@ -272,3 +272,39 @@ def prune_rows(M: int, N: int, K: int, dtype, space=mt.CONFIG_SPACE, gpu="H100-S
                     "acc regs": c.accumulator_registers(), "kept": "yes" if ok else "no",
                     "why": why})
     return out
+
+
+WAVE_TILE = 128     # the output tile the drawn record's tail shapes are counted in
+
+
+def wave_rows(rec, family: str = "tail") -> list[dict]:
+    """The drawn record's rows of one ``family`` (``matmul_shapes``: the tail shapes by
+    default): 128 x 128 output tiles, the work in waves of one tile per SM, what a
+    data-parallel launch pays (whole waves) and how full its last wave is, the kernel the
+    tuned path kept, and the speed against cuBLAS (padded where that is faster)."""
+    sms = rec.results["sms"]
+    out = []
+    for r in rec.results["rows"]:
+        if r["family"] != family:
+            continue
+        tiles = math.ceil(r["M"] / WAVE_TILE) * math.ceil(r["N"] / WAVE_TILE)
+        last = tiles - (math.ceil(tiles / sms) - 1) * sms
+        out.append({"shape": f"{r['M']}x{r['N']}x{r['K']}", "dtype": r["dtype"],
+                    "tiles": tiles, "waves of work": tiles / sms,
+                    "waves paid": math.ceil(tiles / sms), "last wave full": last / sms,
+                    "kernel kept": r["choice"].get("kernel", "?"),
+                    "ours/cuBLAS": r["vs_cublas"]})
+    return out
+
+
+def drawn_summary_rows(rec) -> list[dict]:
+    """The drawn record's geometric means against cuBLAS (padded where faster) and
+    ``F.linear``: all rows, aligned (every dimension a multiple of 8) and unaligned apart."""
+    out = []
+    for part in ("all", "aligned", "unaligned"):
+        mine, linear = rec.results["summary"][part], rec.results["linear_summary"][part]
+        if mine["rows"]:
+            out.append({"rows": part, "shapes": mine["rows"], "ours/cuBLAS": mine["geomean"],
+                        "worst": mine["worst"], "x @ W.T / F.linear": linear["geomean"],
+                        "under 0.85x": mine["below_0.85"]})
+    return out
