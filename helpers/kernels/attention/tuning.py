@@ -1,11 +1,13 @@
 """Attention's tile settings chosen by measurement on the GPU in use, as lesson 07 tunes.
 
 :func:`~helpers.kernels.attention.forward_config` and ``backward_config`` are one table,
-read off a sweep at 8,192 tokens on an H100. A table is right where it was read and a few
-per cent off elsewhere: on an H200 (bf16, 512 to 16,384 tokens, d = 64 and 128, causal and
-not; ``tests/gpu/attention_fwd_probe.py``) the best of ten forward settings beat the
-table's by up to 3%, and the winner changed with the length (64 x 64 tiles at 4k causal,
-64 x 32 at 512 causal, 128 x 64 with 4 stages at 16k). So on a GPU each pass is tuned per
+read off a sweep at 8,192 tokens on an H100. A table is right where it was read and off
+elsewhere. On an H200 (bf16, d = 64, 512 to 16,384 tokens, causal and not;
+``tests/gpu/attention_fwd_probe.py``) the best of ten forward settings beat the table's by
+up to 3%, and the winner moved with the length and the mask (64 x 64 tiles with 4 warps at
+4k causal, 128 x 64 with 8 warps at 1k non-causal, the table elsewhere). At 2,048 tokens,
+d = 64, causal (``tests/test_attention_tuning.py``, compiled) the tuner's picks beat the
+table by 10% (forward, dQ) and 16% (dK/dV). So on a GPU each pass is tuned per
 **key**: the head's width (:func:`~helpers.kernels.attention.block_d`), the length bucket
 of the queries and of the keys (:func:`length_bucket`), causal or not, and the dtype.
 
