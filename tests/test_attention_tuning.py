@@ -226,3 +226,47 @@ def test_compiled_the_tuner_times_the_real_kernels_and_keeps_the_fastest(
     for got, exp, what in zip(grads, want, "qkv"):
         torch.testing.assert_close(got.float(), exp.float(), atol=atol, rtol=rtol,
                                    msg=f"d{what}")
+
+
+class _Recorder:
+    """A stand-in kernel: what a launch (``kernel[grid](...)``) and a compile-only warmup
+    (``kernel.warmup(..., grid=grid)``) were given."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append(("launch", grid, args, kwargs))
+
+    def warmup(self, *args, grid, **kwargs):
+        self.calls.append(("warmup", grid, args, kwargs))
+
+
+@pytest.mark.parametrize("which", ["forward", "dkdv", "dq"])
+def test_compile_only_compiles_what_the_launch_would_run(which, monkeypatch):
+    """The tuner's head start (``compile_only``) must compile the very kernel the launch
+    runs: the same grid, arguments, constants, warps and stages."""
+    from helpers.kernels.attention import backward as bw
+    from helpers.kernels.attention import forward as fw
+
+    recorder = _Recorder()
+    q, k, v = qkv(seq_q=40, seq_k=72, d=48)
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
+    tiles = dict(block_m=32, block_n=16, num_warps=4, num_stages=2)
+    if which == "forward":
+        monkeypatch.setattr(fw, "attention_fwd_kernel", recorder)
+        go = lambda **how: fw.launch(q, k, v, o, lse, 32, 0.1, **tiles, **how)  # noqa: E731
+    elif which == "dkdv":
+        monkeypatch.setattr(bw, "attention_bwd_dkdv_kernel", recorder)
+        go = lambda **how: bw.launch_dkdv(q, q, k, v, lse, lse, k, v, None, 0.1,  # noqa: E731
+                                          **tiles, **how)
+    else:
+        monkeypatch.setattr(bw, "attention_bwd_dq_kernel", recorder)
+        go = lambda **how: bw.launch_dq(q, q, k, v, lse, lse, q, 32, 0.1,  # noqa: E731
+                                        **tiles, **how)
+    go()
+    go(compile_only=True)
+    (kind_a, grid_a, args_a, kw_a), (kind_b, grid_b, args_b, kw_b) = recorder.calls
+    assert (kind_a, kind_b) == ("launch", "warmup")
+    assert grid_a == grid_b and args_a == args_b and kw_a == kw_b
+    assert kw_a["num_warps"] == 4 and kw_a["num_stages"] == 2
