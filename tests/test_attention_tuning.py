@@ -133,14 +133,28 @@ def test_the_fastest_candidate_is_kept_for_the_process_and_read_from_disk_after(
     assert len(stand_in_gpu.timed) == 2 * timed
 
 
-def test_a_candidate_out_of_shared_memory_is_dropped(stand_in_gpu):
+def test_the_tables_own_failure_is_the_calls(stand_in_gpu):
+    q, k, _ = qkv()
+    table = dict(block_m=32, block_n=32, num_warps=4, num_stages=1)
+
+    def run(tiles):
+        if tiles == table:
+            raise ValueError("the table's setting fails")
+
+    with pytest.raises(ValueError, match="the table's setting fails"):
+        tuning.choose("forward", q, k, False, table, run, A.attention_fwd_kernel)
+
+
+def test_a_candidate_out_of_shared_memory_or_refused_by_the_compiler_is_dropped(stand_in_gpu):
     q, k, _ = qkv()
     table = dict(block_m=32, block_n=32, num_warps=4, num_stages=1)
     stand_in_gpu.times = {"128x128 w8 s3": 0.1, "64x64 w4 s3": 0.4}
 
     def run(tiles):
-        if tiles["block_m"] == 128:
+        if tiles["block_m"] == 128 and tiles["block_n"] == 128:
             raise triton.runtime.errors.OutOfResources(300_000, H100_SHARED, "shared memory")
+        if tiles["block_m"] == 128:         # a setting the compiler refuses
+            raise RuntimeError("PassManager::run failed")
 
     got = tuning.choose("forward", q, k, False, table, run, A.attention_fwd_kernel)
     assert tuning.name_of(got) == "64x64 w4 s3"

@@ -129,8 +129,8 @@ def source_key(kernel) -> str:
 
 def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel) -> dict:
     """The setting for this call: the process's or the disk's choice for its key, else the
-    fastest candidate timed now with ``run(tiles)`` (one launch; it may raise Triton's
-    ``OutOfResources``, and that candidate is dropped; ``run(tiles, compile_only=True)``
+    fastest candidate timed now with ``run(tiles)`` (one launch; a candidate whose launch
+    raises, out of shared memory say, is dropped; ``run(tiles, compile_only=True)``
     compiles without launching). ``kernel``: the JIT function, whose source
     (``cache_key``) keys the disk."""
     if not worth_tuning(q, k):
@@ -168,7 +168,12 @@ def _timed(pass_name: str, table: dict, run, width: int, element_size: int,
     for tiles in found:
         try:
             run(tiles)                      # compiles it; too much shared memory raises
-        except triton.runtime.errors.OutOfResources:
+        except Exception:                   # noqa: BLE001 - see below
+            # Out of shared memory, or a setting this GPU's compiler refuses: not a
+            # candidate. The table's own setting is what the call ran before the tuner:
+            # its failure is the call's, and is raised as such.
+            if tiles is found[0]:
+                raise
             continue
         name = name_of(tiles)
         runs[name], settings[name] = (lambda tiles=tiles: run(tiles)), tiles
