@@ -93,32 +93,6 @@ def test_the_whole_lines_layout_gives_the_product(shape):
     assert_product(run(a2 + 1, b2), a2 + 1, b2, f"whole-lines plan run again {shape}")
 
 
-@pytest.mark.parametrize("shape", [(17, 77, 99), (3, 300, 41), (40, 64, 72)])
-def test_the_uncopied_plan_gives_the_product_from_the_operands_as_they_lie(shape):
-    """The small product's candidate: v6 on rows wherever they start (element-wise loads),
-    no copy, C still M x N and contiguous; and again through its run()."""
-    a, b = product(*shape, torch.float16)
-    assert plans.needs_padding(a, b, plans.UNCOPIED) == (False, False, shape[1])
-    c, run, _ = mt._v6_plan(a, b, mt.CPU_CONFIG, plans.UNCOPIED, False)
-    assert c.shape == shape[:2] and c.is_contiguous()
-    assert_product(c, a, b, f"uncopied plan {shape}")
-    a2, b2 = product(*shape, torch.float16, seed=1)
-    assert_product(run(a2, b2), a2, b2, f"uncopied plan run again {shape}")
-
-
-def test_the_uncopied_plan_is_a_candidate_only_where_a_copy_would_be_made_and_small():
-    odd_a, odd_b = product(17, 77, 99, torch.float16)        # both would be copied
-    assert plans.uncopied_candidate(odd_a, odd_b)
-    aligned_a, aligned_b = product(16, 80, 96, torch.float16)
-    assert not plans.uncopied_candidate(aligned_a, aligned_b), \
-        "nothing is copied as given: the uncopied plan would be the same plan"
-    big_a = torch.empty(2048, 1023, dtype=torch.float16, device="meta")   # K off 16 bytes
-    big_b = torch.empty(1023, 2048, dtype=torch.float16, device="meta")
-    assert 2048 * 1023 * 2048 > plans.UNCOPIED_MAX_WORK
-    assert not plans.uncopied_candidate(big_a, big_b), "too big: the copy pays for itself"
-    assert plans.LAYOUT_NAMES[plans.UNCOPIED] == "not copied"
-
-
 def test_packer_copies_both_operands_into_rows_on_the_boundary_asked_for():
     a = torch.randn(37, 999, dtype=torch.float16).to(DEVICE)   # 1,998-byte rows: not even 16
     b = torch.randn(999, 77, dtype=torch.float16).to(DEVICE)
@@ -303,20 +277,6 @@ def test_compiled_autotuned_and_lean_launches(shape, dtype):
     assert torch.equal(first, again), f"the direct launch differs from the first {shape}"
     c, d = product(*shape, dtype, seed=1)
     assert_product(mt.matmul_tuned(c, d), c, d, f"new inputs through the plan {shape}")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(158, 7471, 80), (97, 113, 231), (655, 655, 655)],
-                         ids=lambda s: "x".join(map(str, s)))
-def test_a_small_unaligned_product_times_the_uncopied_plan_among_its_candidates(shape,
-                                                                              monkeypatch):
-    monkeypatch.setattr(plans, "USE_DECISIONS", False)      # time them here, not from disk
-    a, b = product(*shape, torch.float16, seed=7)
-    assert_product(mt.matmul_tuned(a, b), a, b, f"first call {shape}")
-    timed = mt.last_choice(a, b)["candidates_ms"]
-    assert "v6 not copied" in timed and "v6 as given" in timed, sorted(timed)
-    c, d = product(*shape, torch.float16, seed=8)
-    assert_product(mt.matmul_tuned(c, d), c, d, f"the kept plan, new inputs {shape}")
 
 
 def test_sizes_past_32_bit_offsets_get_a_clear_error():

@@ -20,13 +20,8 @@ candidates on a shape's first call, times each whole plan, and keeps the fastest
   128 x 128 tile and with the widest, storing C from the registers;
 
 each on the operands as given and, when their rows do not start on 128-byte lines, on copies
-that do. "As given" means rows as they come where they start on 16 bytes, copied onto
-16-byte rows where they do not (so are B's rows when N is no multiple of 16 bytes): the
-kernels' 16-byte loads need that. The persistent kernel also pads B itself where
-:func:`~helpers.kernels.matmul.persistent.pads_b` says so. And where "as given" copies an
-operand, on a small product (:data:`UNCOPIED_MAX_WORK`), v6 on the operands *not copied*
-at all, loading them element by element: one launch instead of two, which a product of a
-few microseconds may repay (:func:`uncopied_candidate`). Each plan is timed whole,
+that do. "As given" means no copy by the plan: the persistent kernel still pads B itself
+where :func:`~helpers.kernels.matmul.persistent.pads_b` says so. Each plan is timed whole,
 copies included, the candidates in turn (:func:`time_plans`). The copy is one launch,
 built on the shape's first call and launched compiled after that
 (:mod:`~helpers.kernels.matmul.pack`): at these sizes the host's Python work per call would
@@ -42,6 +37,12 @@ lines, 3000 x 5000 x 2500 229 us against 128 us (kernels alone). The copies
 which pays for big products and not for the smallest: at 1000^3, v6 alone took 11.6 us on
 whole lines (cuBLAS: 11.5 us) against 16.3 us as given, but the copy of both operands took
 about 8 us. Hence no rule: both layouts are candidates, and the clock decides.
+
+**No copy at all** is no candidate: v6 on rows off 16 bytes loads element by element, with
+no asynchronous copies to pipeline, and lost to a plan that copies on every one of 15 small
+unaligned products measured on an H200 (fp16 and bf16, 93 x 117 x 504 to 5318 x 626 x 1612,
+the plans timed in turn by the tuner itself): by 1.1x at 97 x 113 x 231 and 1153 x 64 x 138,
+by 2-4x elsewhere (655^3: 31.3 us against 13.0).
 
 **Decisions on disk.** Triton's autotuner keeps its timings on disk (``cache_results``), so
 a new process skips the search; but choosing between candidate plans still means loading
@@ -67,13 +68,6 @@ from .persistent import stored, transposed
 
 LINE = 128          # bytes in one line of L2
 VECTOR = 16         # bytes in one vectorised load
-UNCOPIED = 1        # rows wherever they start: nothing copied, v6 loads element by element
-# The uncopied plan is a candidate only up to this much work (M x N x K): 2^31 is about
-# 1,290^3, where a copy of both operands (a few microseconds, a launch of its own) is
-# still a fair part of the product's time. Past it, element-wise loads cost far more
-# than the copy (see "Layout" above) and timing the plan would only slow the first call.
-UNCOPIED_MAX_WORK = 2 ** 31
-LAYOUT_NAMES = {LINE: "whole lines", VECTOR: "as given", UNCOPIED: "not copied"}
 
 
 def on_rows_of(t: torch.Tensor, row_bytes: int) -> bool:
@@ -102,22 +96,11 @@ def needs_padding(a: torch.Tensor, b: torch.Tensor,
         return x.stride(1) == 1 and x.shape[0] > 1 and not on_rows_of(x, row_bytes)
 
     x_b, N = stored(b), b.shape[1]
-    if row_bytes == UNCOPIED:
-        return False, False, N
     pad_a = misaligned(stored(a))
     if x_b is not b:
         return pad_a, misaligned(x_b), N
     pad_b = b.stride(1) == 1 and (not on_rows_of(b, row_bytes) or N % vector != 0)
     return pad_a, pad_b, (triton.cdiv(N, vector) * vector if pad_b else N)
-
-
-def uncopied_candidate(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether to time v6 on the operands not copied at all, beside the plans that copy
-    them: only where "as given" would copy one (else the two plans are one) and the
-    product is small enough that the copy's pass and launch may cost more than element-wise
-    loads (:data:`UNCOPIED_MAX_WORK`)."""
-    pad_a, pad_b, _ = needs_padding(a, b, VECTOR)
-    return (pad_a or pad_b) and a.shape[0] * a.shape[1] * b.shape[1] <= UNCOPIED_MAX_WORK
 
 
 def operand_packer(a, b, pad_a: bool, pad_b: bool, n_padded: int, row_bytes: int):

@@ -208,9 +208,7 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -
     their rows do not start on 128-byte lines, on copies that do (:mod:`matmul_plan`);
     v6 also with the tuner's runner-up setting (:func:`runner_up`), and, where the persistent
     kernel's tiles leave the last wave part-empty, the stream-K kernel with that setting and
-    with the widest tile (:mod:`~helpers.kernels.matmul.streamk`); and, for a small product
-    whose operands the others copy, v6 on them not copied (:func:`~helpers.kernels.matmul.
-    plan.uncopied_candidate`). It times each whole plan,
+    with the widest tile (:mod:`~helpers.kernels.matmul.streamk`). It times each whole plan,
     keeps the fastest and writes the decision to disk. Later
     calls of the same shape and layout launch the kept plan's compiled kernel directly,
     skipping the autotuner's and the JIT's Python work: at small sizes that host time,
@@ -304,15 +302,13 @@ def _first_call(a, b, config, key) -> torch.Tensor:
                 candidates["v6 runner-up", row_bytes] = _build(a, b, "v6", second, row_bytes)
             if kernel == "persistent" and _wave_tail(a, b, built[2]):
                 candidates.update(_streamk_plans(a, b, row_bytes, built[2]))
-    if plans.uncopied_candidate(a, b):  # one launch, no copy: a small product's candidate
-        candidates["v6", plans.UNCOPIED] = _build(a, b, "v6", None, plans.UNCOPIED)
     times = plans.time_plans({name: run for name, (_, run, _) in candidates.items()}, a, b)
     (name, row_bytes), ms = min(times.items(), key=lambda item: item[1])
     c, run, chosen = candidates[name, row_bytes]
     keys = persistent.KEYS if name.split()[0] in ("persistent", "streamk") else KEYS
     decision = {"kernel": name.split()[0], "config": chosen.as_dict(keys), "row_bytes": row_bytes,
-                "layout": plans.LAYOUT_NAMES[row_bytes],
-                "candidates_ms": {f"{k} {plans.LAYOUT_NAMES[r]}": t
+                "layout": "whole lines" if row_bytes == plans.LINE else "as given",
+                "candidates_ms": {f"{k} {'whole lines' if r == plans.LINE else 'as given'}": t
                                   for (k, r), t in times.items()}}
     if decision_key:
         plans.DECISIONS.put(decision_key, decision)
