@@ -39,10 +39,10 @@ whole lines (cuBLAS: 11.5 us) against 16.3 us as given, but the copy of both ope
 about 8 us. Hence no rule: both layouts are candidates, and the clock decides.
 
 **No copy at all** is no candidate: v6 on rows off 16 bytes loads element by element, with
-no asynchronous copies to pipeline, and lost to a plan that copies on every one of 15 small
-unaligned products measured on an H200 (fp16 and bf16, 93 x 117 x 504 to 5318 x 626 x 1612,
-the plans timed in turn by the tuner itself): by 1.1x at 97 x 113 x 231 and 1153 x 64 x 138,
-by 2-4x elsewhere (655^3: 31.3 us against 13.0).
+no asynchronous copies to pipeline. On 15 small unaligned products measured on an H200
+(fp16 and bf16, 97 x 113 x 231 to 5318 x 626 x 1612, the plans timed in turn by the tuner
+itself) it tied once (1153 x 64 x 138: 10.3 us against 10.27), lost by 1.14x at
+97 x 113 x 231 and by 1.5-4.4x on the other 13 (655^3: 31.3 us against 13.0).
 
 **Decisions on disk.** Triton's autotuner keeps its timings on disk (``cache_results``), so
 a new process skips the search; but choosing between candidate plans still means loading
