@@ -292,11 +292,23 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     :func:`forward_config` (``block_m``, ``block_n``, ``num_warps``, ``num_stages``).
 
     Without ``config``, a short query (:func:`uses_decoding`: up to 16 queries a head)
-    goes to the split-KV kernels of :func:`flash_decode_forward` instead."""
+    goes to the split-KV kernels of :func:`flash_decode_forward` instead; a decoding call
+    like one seen before goes straight to its kept launches
+    (:func:`~helpers.kernels.attention.decode.call_key`)."""
+    if not config:
+        call = attention_decode.call_key(q, k, v, causal, sm_scale)
+        kept = attention_decode.KEPT_CALLS.get(call)
+        if kept is not None:
+            return kept(q, k, v)
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     _check_kernel_inputs(q4, k4, v4)
     if not config and uses_decoding(q4.shape[1], k4.shape[1], q4.shape[2]):
-        return _decode_forward(q4, k4, v4, squeeze, causal, _scale(q, sm_scale), {})
+        scale = _scale(q, sm_scale)
+        out = _decode_forward(q4, k4, v4, squeeze, causal, scale, {})
+        diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
+        attention_decode.keep_call(call, q, k, v, diagonal, scale,
+                                   decode_config(q4.shape[-1], q4.dtype, q4.device))
+        return out
     diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
     o = torch.empty_like(q4, memory_format=torch.contiguous_format)
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
@@ -317,7 +329,6 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
 
 
 DECODE_QUERIES = 16     # queries a head up to which the split-KV kernels take the forward
-
 
 def uses_decoding(heads: int, kv_heads: int, seq_q: int) -> bool:
     """Whether :func:`flash_attention_forward` splits the keys: at most ``DECODE_QUERIES``

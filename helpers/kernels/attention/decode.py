@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch import lean
+
 LOG2_E = tl.constexpr(1.4426950408889634)
 LN_2 = tl.constexpr(0.6931471805599453)
 
@@ -147,14 +149,18 @@ _plans: dict = {}
 MAX_PLANS = 256
 
 
+def _plan_key(q, k, v, diagonal, block_n, num_warps, num_stages, target_programs) -> tuple:
+    # Triton compiles a kernel for pointers on 16-byte boundaries or not: so is the plan.
+    aligned = tuple(t.data_ptr() % 16 == 0 for t in (q, k, v))
+    return (q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device, aligned,
+            diagonal, block_n, num_warps, num_stages, target_programs)
+
+
 def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: int,
            num_warps: int, num_stages: int, target_programs: int) -> int:
     """Fill ``o`` and ``lse`` for checked 4-D tensors; returns the number of splits.
     ``o`` is contiguous and ``lse`` too (the public launcher makes them)."""
-    # Triton compiles a kernel for pointers on 16-byte boundaries or not: so is the plan.
-    aligned = tuple(t.data_ptr() % 16 == 0 for t in (q, k, v))
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device, aligned,
-           diagonal, block_n, num_warps, num_stages, target_programs)
+    key = _plan_key(q, k, v, diagonal, block_n, num_warps, num_stages, target_programs)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= MAX_PLANS:
@@ -175,33 +181,79 @@ def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: i
                                                                     num_warps=4)
     # Compiled (not interpreted), each launch returned its kernel: keep their launchers.
     if hasattr(split, "run") and hasattr(combine, "run"):
-        plan["runners"] = (_launcher(split, plan["split_grid"], q.get_device()),
-                           _launcher(combine, plan["combine_grid"], q.get_device()))
+        plan["runners"] = (lean(split, plan["split_grid"], q.get_device()),
+                           lean(combine, plan["combine_grid"], q.get_device()))
     return plan["splits"]
 
 
-def _launcher(compiled, grid: tuple, device: int):
-    """``launch(*args)`` of a compiled kernel: its launcher called as Triton's own launch
-    calls it, without the launch metadata it builds for hooks when none is set (a
-    profiler's hooks, when set, get the usual path)."""
-    usual = compiled[grid]
-    run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
-    current_stream = triton.runtime.driver.active.get_current_stream
-    hooks = triton.knobs.runtime
-
-    def launch(*args) -> None:
-        if _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
-            usual(*args)
-        else:
-            run(*grid, current_stream(device), function, metadata, None, None, None, *args)
-
-    return launch
+# Decoding calls seen before (GPU mode): their signature (call_key) -> the kept launches
+# (kept_call). A call like an earlier one skips the checks, the lookups and the views, all
+# settled by its signature: a decoding step's host time is its pace.
+KEPT_CALLS: dict = {}
+MAX_KEPT_CALLS = 256
 
 
-def _hooked(hook) -> bool:
-    """A launch hook is set: older Tritons say none with None, newer ones with an empty
-    ``HookChain`` (its ``calls``)."""
-    return hook is not None and bool(getattr(hook, "calls", True))
+def call_key(q, k, v, causal, sm_scale) -> tuple | None:
+    """Everything the public forward's checks and launch depend on, read straight off its
+    arguments: shapes, strides, dtypes, devices, 16-byte alignment, mask and scale
+    (``None`` for arguments that are not tensors: the checks then say why)."""
+    try:
+        return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
+                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(),
+                q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
+                type(causal), causal, type(sm_scale), sm_scale)
+    except (AttributeError, TypeError):
+        return None
+
+
+def keep_call(call, q, k, v, diagonal: int | None, sm_scale: float, settings: dict) -> None:
+    """After a decoding call ran compiled with ``settings``: keep its launches under its
+    signature ``call`` (:func:`call_key`), for the next call like it."""
+    if call is None:
+        return
+    kept = kept_call(q, k, v, diagonal, sm_scale, **settings)
+    if kept is not None:
+        if len(KEPT_CALLS) >= MAX_KEPT_CALLS:
+            KEPT_CALLS.clear()
+        KEPT_CALLS[call] = kept
+
+
+def kept_call(q, k, v, diagonal: int | None, sm_scale: float, *, block_n: int,
+              num_warps: int, num_stages: int, target_programs: int):
+    """After :func:`launch` ran this call's plan compiled: ``call(q, k, v) -> (o, lse)``
+    for later tensors of the same shapes, strides, dtype, device and alignment (3-D or
+    4-D, as these were; their checks passed once for all), with nothing but the outputs'
+    allocation and the two compiled launches. ``None`` before that (or in the
+    interpreter). ``q``, ``k``, ``v``: the caller's tensors (3-D ones count as one head).
+
+    A decoding step against a short cache takes about 11 us of GPU time; the call's checks
+    and lookups took longer than that on the host (measured on the lent H200 machine: 49 us
+    of host time a call, against 23 us for SDPA's)."""
+    q4, k4, v4 = (x.unsqueeze(1) for x in (q, k, v)) if q.dim() == 3 else (q, k, v)
+    plan = _plans.get(_plan_key(q4, k4, v4, diagonal, block_n, num_warps, num_stages,
+                                target_programs))
+    if plan is None or plan["runners"] is None:
+        return None
+    split, combine = plan["runners"]
+    split_args, combine_args = plan["split_args"], plan["combine_args"]
+    n_o, n_lse = plan["o_part"], plan["lse_part"]
+    device, dtype = q.device, q.dtype
+    o_shape, lse_shape = q.shape, q.shape[:-1]     # contiguous, as the launcher made them
+    f32 = torch.float32
+
+    def call(q, k, v):
+        o = torch.empty(o_shape, dtype=dtype, device=device)
+        lse = torch.empty(lse_shape, dtype=f32, device=device)
+        # Two allocations, not views of one: slicing a tensor costs the host more than
+        # allocating one (about 1.9 us a view against 1.8 us, on the course's CPU machine).
+        o_part = torch.empty(n_o, dtype=f32, device=device)
+        lse_part = torch.empty(n_lse, dtype=f32, device=device)
+        # A tensor argument is its address: the 3-D tensors are the 4-D views' own.
+        split(q, k, v, o_part, lse_part, sm_scale, *split_args)
+        combine(o_part, lse_part, o, lse, *combine_args)
+        return o, lse
+
+    return call
 
 
 def _plan(q, k, v, diagonal, block_n, num_warps, num_stages, target_programs) -> dict:

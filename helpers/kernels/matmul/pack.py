@@ -17,7 +17,8 @@ more). This module makes the copy cheap, because at small sizes it is paid on ev
   (``do_not_specialize``), which keeps the load's layout for the store.
 * **Built once per plan, launched directly.** :func:`packer` allocates the destination
   buffers and compiles the kernel on a shape's first call; each later call only launches
-  the compiled kernel on the new operands. Per-call Python work was what made the copy
+  the compiled kernel on the new operands, through its launcher
+  (:func:`~helpers.kernels.launch.lean`). Per-call Python work was what made the copy
   slow: on the H200 machine, a version that looked its buffers up and checked its
   arguments on every call spent 106 us of host time a call, against about 16 us of GPU
   time for the whole product at 333 x 777 x 1999 (measured while building this module).
@@ -30,6 +31,7 @@ import triton
 import triton.language as tl
 
 from ... import runtime
+from ..launch import lean
 
 TILE_ROWS, TILE_COLS = 16, 256      # one program's piece of an operand: 4,096 values
 
@@ -93,18 +95,18 @@ def packer(a: torch.Tensor | None, a_cols: int, b: torch.Tensor | None, b_cols: 
                    tiles_first)
     shape_last = (last.shape[0], last.shape[1], last.stride(0), outs[-1].stride(0))
     out_first, out_last = outs[0], outs[-1]
-    compiled = None
+    launch = None
 
     def copy(a, b):
-        nonlocal compiled
+        nonlocal launch
         sources = [x for x, wanted in ((a, a_given), (b, b_given)) if wanted]
         args = (sources[0], out_first, *shape_first, sources[-1], out_last, *shape_last)
-        if compiled is not None:
-            compiled[grid](*args, TILE_ROWS, TILE_COLS)
+        if launch is not None:
+            launch(*args, TILE_ROWS, TILE_COLS)
         else:
             kernel = pack_kernel[grid](*args, TILE_R=TILE_ROWS, TILE_C=TILE_COLS, num_warps=4)
             if runtime.is_gpu():          # the interpreter compiles nothing to keep
-                compiled = kernel
+                launch = lean(kernel, grid, first.get_device())
         return (views[0] if a_given else a), (views[-1] if b_given else b)
 
     a_given, b_given = a is not None, b is not None

@@ -32,6 +32,7 @@ import triton.language as tl
 from ... import runtime
 from ...dtypes import FLOAT_DTYPES
 from ..checks import check_32bit_offsets, check_tensor
+from ..launch import lean
 from . import persistent, precompile, streamk
 from . import plan as plans
 from .config import TileConfig
@@ -430,7 +431,8 @@ def last_choice(a: torch.Tensor, b: torch.Tensor) -> dict | None:
 
 
 def _direct(compiled, prepare, a, b, c, tail, config, verify=True):
-    """The compiled kernel called directly, without the autotuner or the JIT: ``run(a, b)``,
+    """The compiled kernel called directly, without the autotuner, the JIT or Triton's
+    per-call Python (:func:`~helpers.kernels.launch.lean`): ``run(a, b)``,
     or ``None`` unless it gives exactly what the first launch gave (it runs the same
     binary; another Triton's launcher may take other arguments). ``verify=False`` skips
     that check, for a binary already checked so."""
@@ -441,10 +443,14 @@ def _direct(compiled, prepare, a, b, c, tail, config, verify=True):
     full_tail = (*tail, *chosen.values(), align_a(shape), align_b(shape), align_c(shape))
     grid = (triton.cdiv(c.shape[0], chosen["BLOCK_M"]) * triton.cdiv(tail[3], chosen["BLOCK_N"]),
             chosen["SPLIT_K"], 1)
+    try:                        # the compiled launcher, called without Triton's Python
+        go = lean(compiled, grid, c.get_device())
+    except (AttributeError, TypeError, ValueError):     # not a compiled kernel we know
+        return None
     if verify:                  # the direct launch must give exactly the first launch's C
         again = torch.empty_like(c)
         try:
-            compiled[grid](a, b, again, *full_tail)
+            go(a, b, again, *full_tail)
         except Exception:
             return None
         if not torch.equal(again, c):
@@ -453,7 +459,7 @@ def _direct(compiled, prepare, a, b, c, tail, config, verify=True):
 
     def run(a, b):
         out = torch.empty(shape, device=device, dtype=dtype)
-        compiled[grid](*prepare(a, b), out, *full_tail)
+        go(*prepare(a, b), out, *full_tail)
         return out
 
     return run
