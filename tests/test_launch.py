@@ -64,3 +64,57 @@ def test_a_launch_hook_counts_only_when_one_is_set():
     assert not launch.hooked(None) and not launch.hooked(chain)
     chain.calls.append(print)
     assert launch.hooked(chain) and launch.hooked(lambda *a: None)
+
+
+class _CompiledCopy:
+    """What pack_kernel[grid](...) returns on a GPU, standing in here: ``[grid]`` launches
+    the real kernel the usual way (the interpreter's), ``run`` is its launcher."""
+
+    function = packed_metadata = 0
+
+    def __init__(self, kernel, grid, log):
+        self.kernel, self.grid, self.log = kernel, grid, log
+
+    def _launch(self, how, *args):
+        self.log.append(how)
+        self.kernel[self.grid](*args[:-2], TILE_R=args[-2], TILE_C=args[-1])
+
+    def run(self, *args):
+        self._launch("lean", *args[9:])      # past grid, stream, function, metadata, hooks
+
+    def __getitem__(self, grid):
+        return lambda *args: self._launch("usual", *args)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["lean", "broken launcher"])
+def test_the_operand_copy_checks_its_first_direct_launch(monkeypatch, broken):
+    """The copy's later calls go through its launcher (lean); the first of them is checked,
+    and a launcher that does not copy is dropped for the usual launch."""
+    import torch
+
+    from helpers.kernels.matmul import pack
+
+    log = []
+    real = pack.pack_kernel
+
+    class Kernel:
+        def __getitem__(self, grid):
+            def first(*args, **kwargs):
+                real[grid](*args, **kwargs)
+                return _CompiledCopy(real, grid, log)
+            return first
+
+    monkeypatch.setattr(pack, "pack_kernel", Kernel())
+    monkeypatch.setattr(pack.runtime, "is_gpu", lambda: True)
+    if broken:
+        monkeypatch.setattr(pack, "lean", lambda k, grid, device: lambda *a: log.append("none"))
+    else:
+        monkeypatch.setattr(pack, "lean", lambda k, grid, device: launch.lean(
+            k, grid, device, current_stream=lambda d: 0))
+    a = torch.randn(37, 999, dtype=torch.float16)          # rows off 16 bytes: copied
+    b = torch.randn(999, 77, dtype=torch.float16)
+    copy = pack.packer(a, 999, b, 80, 16)
+    for step in range(3):
+        x, y = copy(a + step, b - step)
+        assert torch.equal(x, a + step) and torch.equal(y[:, :77], b - step), step
+    assert log == (["none", "usual", "usual"] if broken else ["lean", "lean"])
