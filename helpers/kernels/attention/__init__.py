@@ -48,6 +48,7 @@ from ...dtypes import FLOAT_DTYPES
 from . import backward as attention_backward  # the names lesson 06 shows its code with
 from . import decode as attention_decode
 from . import forward as attention_forward
+from . import kept
 from . import tiled as attention_tiled
 from . import tuning
 from .backward import (attention_bwd_dkdv_kernel, attention_bwd_dq_kernel,
@@ -292,31 +293,29 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     :func:`forward_config` (``block_m``, ``block_n``, ``num_warps``, ``num_stages``).
 
     Without ``config``, a short query (:func:`uses_decoding`: up to 16 queries a head)
-    goes to the split-KV kernels of :func:`flash_decode_forward` instead; a decoding call
-    like one seen before goes straight to its kept launches
-    (:func:`~helpers.kernels.attention.decode.call_key`)."""
-    if not config:
-        call = attention_decode.call_key(q, k, v, causal, sm_scale)
-        kept = attention_decode.KEPT_CALLS.get(call)
-        if kept is not None:
-            return kept(q, k, v)
+    goes to the split-KV kernels of :func:`flash_decode_forward` instead. Without
+    ``config``, a call like one that ran compiled before goes straight to its kept
+    launches (:mod:`~helpers.kernels.attention.kept`)."""
+    call = None if config else kept.call_key(q, k, v, causal, sm_scale)
+    found = kept.KEPT_CALLS.get(call)
+    if found is not None:
+        return found(q, k, v)
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     _check_kernel_inputs(q4, k4, v4)
-    if not config and uses_decoding(q4.shape[1], k4.shape[1], q4.shape[2]):
-        scale = _scale(q, sm_scale)
-        out = _decode_forward(q4, k4, v4, squeeze, causal, scale, {})
-        diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
-        attention_decode.keep_call(call, q, k, v, diagonal, scale,
-                                   decode_config(q4.shape[-1], q4.dtype, q4.device))
-        return out
     diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
+    scale = _scale(q, sm_scale)
+    if not config and uses_decoding(q4.shape[1], k4.shape[1], q4.shape[2]):
+        out = _decode_forward(q4, k4, v4, squeeze, causal, scale, {})
+        kept.keep(call, attention_decode.kept_call(
+            q, k, v, diagonal, scale, **decode_config(q4.shape[-1], q4.dtype, q4.device)))
+        return out
     o = torch.empty_like(q4, memory_format=torch.contiguous_format)
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
     table = forward_config(q4.shape[-1], q4.dtype, seq_q=q4.shape[2])
 
     def run(tiles, compile_only=False):
-        attention_forward.launch(q4, k4, v4, o, lse, diagonal, _scale(q, sm_scale), **tiles,
-                                 compile_only=compile_only)
+        return attention_forward.launch(q4, k4, v4, o, lse, diagonal, scale, **tiles,
+                                        compile_only=compile_only)
 
     # Without config, on a GPU: the setting tuned for this call's key (tuning.choose).
     settings = {**table, **config} if config else tuning.choose(
@@ -324,7 +323,10 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     if settings["block_m"] % settings["block_n"]:
         raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
                          "is block_m keys wide and is walked in tiles of block_n")
-    run(settings)
+    compiled = run(settings)
+    if call is not None:
+        kept.keep(call, attention_forward.kept_call(compiled, q, k, v, o, lse, diagonal,
+                                                    scale, **settings))
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
 
 
@@ -388,10 +390,17 @@ def _decode_forward(q4, k4, v4, squeeze: bool, causal, sm_scale: float, config: 
 
 def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale=None,
                              **config):
-    """``(dq, dk, dv)`` from the Triton backward kernels, recomputing P from ``lse``."""
+    """``(dq, dk, dv)`` from the Triton backward kernels, recomputing P from ``lse``.
+    Without ``config``, a call like one that ran compiled before, on inputs that needed no
+    copy, goes straight to its kept launches (:mod:`~helpers.kernels.attention.kept`)."""
+    call = None if config else kept.backward_key(do, q, k, v, o, lse, causal, sm_scale)
+    found = kept.KEPT_CALLS.get(call)
+    if found is not None:
+        return found(do, q, k, v, o, lse)
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     _check_kernel_inputs(q4, k4, v4)
     do4, o4, lse4 = (do.unsqueeze(1), o.unsqueeze(1), lse.unsqueeze(1)) if squeeze else (do, o, lse)
+    given = (q4, k4, v4, do4, o4, lse4)
     if do4.shape != q4.shape or o4.shape != q4.shape or lse4.shape != q4.shape[:-1]:
         raise ValueError(f"do and o must have q's shape {tuple(q.shape)} and lse "
                          f"{tuple(q.shape[:-1])}; got {tuple(do.shape)}, {tuple(o.shape)}, "
@@ -412,7 +421,7 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
                                   scale, **settings)
     else:
         # On a GPU, each kernel's setting tuned for this call's key, each kernel timed alone.
-        attention_backward.launch_preprocess(do4, o4, delta)
+        preprocess = attention_backward.launch_preprocess(do4, o4, delta)
         dkdv = tuning.choose("dkdv", q4, k4, diagonal is not None, table["dkdv"],
                              lambda tiles, **how: attention_backward.launch_dkdv(
                                  do4, q4, k4, v4, lse4, delta, dk, dv, diagonal, scale,
@@ -421,10 +430,15 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
                                  lambda tiles, **how: attention_backward.launch_dq(
                                      do4, q4, k4, v4, lse4, delta, dq, diagonal, scale,
                                      **tiles, **how), attention_bwd_dq_kernel)
-        attention_backward.launch_dkdv(do4, q4, k4, v4, lse4, delta, dk, dv, diagonal, scale,
-                                       **dkdv)
-        attention_backward.launch_dq(do4, q4, k4, v4, lse4, delta, dq, diagonal, scale,
-                                     **dq_tiles)
+        compiled = (preprocess,
+                    attention_backward.launch_dkdv(do4, q4, k4, v4, lse4, delta, dk, dv,
+                                                   diagonal, scale, **dkdv),
+                    attention_backward.launch_dq(do4, q4, k4, v4, lse4, delta, dq, diagonal,
+                                                 scale, **dq_tiles))
+        if all(a is b for a, b in zip(given, (q4, k4, v4, do4, o4, lse4))):   # no copies
+            kept.keep(call, attention_backward.kept_call(
+                compiled, do, q, k, v, o, lse, (dq, dk, dv), diagonal, scale, dkdv=dkdv,
+                dq_tiles=dq_tiles))
     grads = (dq, dk, dv)
     return tuple(g.squeeze(1) for g in grads) if squeeze else grads
 

@@ -186,38 +186,6 @@ def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: i
     return plan["splits"]
 
 
-# Decoding calls seen before (GPU mode): their signature (call_key) -> the kept launches
-# (kept_call). A call like an earlier one skips the checks, the lookups and the views, all
-# settled by its signature: a decoding step's host time is its pace.
-KEPT_CALLS: dict = {}
-MAX_KEPT_CALLS = 256
-
-
-def call_key(q, k, v, causal, sm_scale) -> tuple | None:
-    """Everything the public forward's checks and launch depend on, read straight off its
-    arguments: shapes, strides, dtypes, devices, 16-byte alignment, mask and scale
-    (``None`` for arguments that are not tensors: the checks then say why)."""
-    try:
-        return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
-                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(),
-                q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
-                type(causal), causal, type(sm_scale), sm_scale)
-    except (AttributeError, TypeError):
-        return None
-
-
-def keep_call(call, q, k, v, diagonal: int | None, sm_scale: float, settings: dict) -> None:
-    """After a decoding call ran compiled with ``settings``: keep its launches under its
-    signature ``call`` (:func:`call_key`), for the next call like it."""
-    if call is None:
-        return
-    kept = kept_call(q, k, v, diagonal, sm_scale, **settings)
-    if kept is not None:
-        if len(KEPT_CALLS) >= MAX_KEPT_CALLS:
-            KEPT_CALLS.clear()
-        KEPT_CALLS[call] = kept
-
-
 def kept_call(q, k, v, diagonal: int | None, sm_scale: float, *, block_n: int,
               num_warps: int, num_stages: int, target_programs: int):
     """After :func:`launch` ran this call's plan compiled: ``call(q, k, v) -> (o, lse)``

@@ -37,8 +37,11 @@ from __future__ import annotations
 
 import functools
 
+import torch
 import triton
 import triton.language as tl
+
+from ..launch import lean
 
 LOG2_E = tl.constexpr(1.4426950408889634)   # exp(x) = exp2(x * log2(e))
 LN_2 = tl.constexpr(0.6931471805599453)     # the saved lse goes back to natural log
@@ -157,23 +160,65 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
              mask=in_tile)
 
 
+def _grid(q, block_m: int) -> tuple:
+    batch, heads, seq_q, _ = q.shape
+    return (triton.cdiv(seq_q, block_m), batch * heads, 1)
+
+
+def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int):
+    """The kernel's arguments after the five tensors and the scale: ``(ints, constexprs)``."""
+    heads, seq_q, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    ints = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            heads, seq_q, k.shape[2], diagonal or 0)
+    constexprs = dict(GROUP=heads // k.shape[1], HEAD_DIM=head_dim,
+                      BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m,
+                      BLOCK_N=block_n, CAUSAL=diagonal is not None)
+    return ints, constexprs
+
+
 def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_m: int,
-           block_n: int, num_warps: int, num_stages: int, compile_only: bool = False) -> None:
+           block_n: int, num_warps: int, num_stages: int, compile_only: bool = False):
     """Fill ``o`` and ``lse`` for checked 4-D tensors (the last dimension contiguous).
     ``diagonal``: query ``i`` sees keys ``j <= i + diagonal``; None, every key.
-    ``compile_only``: compile this setting and launch nothing (a tuner's head start)."""
-    batch, heads, seq_q, head_dim = q.shape
-    grid = (triton.cdiv(seq_q, block_m), batch * heads)
-    launcher(attention_fwd_kernel, grid, compile_only)(
-        q, k, v, o, lse, sm_scale,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        o.stride(0), o.stride(1), o.stride(2),
-        heads, seq_q, k.shape[2], diagonal or 0,
-        GROUP=heads // k.shape[1], HEAD_DIM=head_dim,
-        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-        CAUSAL=diagonal is not None, num_warps=num_warps, num_stages=num_stages)
+    ``compile_only``: compile this setting and launch nothing (a tuner's head start).
+    Returns what Triton's launch returns: the compiled kernel, on a GPU."""
+    ints, constexprs = _arguments(q, k, v, o, diagonal, block_m, block_n)
+    return launcher(attention_fwd_kernel, _grid(q, block_m), compile_only)(
+        q, k, v, o, lse, sm_scale, *ints, **constexprs, num_warps=num_warps,
+        num_stages=num_stages)
+
+
+def kept_call(compiled, q, k, v, o, lse, diagonal: int | None, sm_scale: float, *,
+              block_m: int, block_n: int, num_warps: int, num_stages: int):
+    """After :func:`launch` returned ``compiled`` for the caller's ``q``, ``k``, ``v`` (3-D or
+    4-D) and filled ``o`` and ``lse``: ``call(q, k, v) -> (o, lse)`` for later tensors of the
+    same signature (:mod:`~helpers.kernels.attention.kept`), the outputs allocated and the
+    compiled kernel launched directly (:func:`~helpers.kernels.launch.lean`). ``None`` in
+    the interpreter, or where that direct launch does not give ``o`` and ``lse`` again."""
+    if not hasattr(compiled, "run"):                # the interpreter's: nothing compiled
+        return None
+    q4, k4, v4 = (x.unsqueeze(1) for x in (q, k, v)) if q.dim() == 3 else (q, k, v)
+    ints, constexprs = _arguments(q4, k4, v4, o, diagonal, block_m, block_n)
+    tail = (*ints, *constexprs.values())
+    try:
+        go = lean(compiled, _grid(q4, block_m), q4.get_device())
+        o_again, lse_again = torch.empty_like(o), torch.empty_like(lse)
+        go(q, k, v, o_again, lse_again, sm_scale, *tail)
+        if not (torch.equal(o_again, o) and torch.equal(lse_again, lse)):
+            return None
+    except Exception:   # noqa: BLE001 - another Triton's launcher: the usual path serves
+        return None
+    # o as the caller gets it: q's shape, contiguous (a 3-D q's o is the 4-D one's memory).
+    o_shape, lse_shape, dtype, device = q.shape, q.shape[:-1], o.dtype, o.device
+
+    def call(q, k, v):
+        o = torch.empty(o_shape, dtype=dtype, device=device)
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
+        go(q, k, v, o, lse, sm_scale, *tail)
+        return o, lse
+
+    return call
 
 
 def launcher(kernel, grid, compile_only: bool = False):
