@@ -73,3 +73,22 @@ def test_the_wins_over_one_and_a_half_are_the_ones_the_experiment_explains(rec):
     for r in wins:
         assert r["queries"] > 1 and r["sdpa_backend"] == "flash", r
         assert r["sdpa"]["hbm_fraction"] < 0.5, r
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "H200"])
+def test_lesson_06s_decode_table_reads_each_gpus_record(gpu):
+    """Lesson 06's decode table (helpers.plots.attention.decode_rows): a row per case,
+    and where ours runs 1.5x SDPA's default or more, SDPA ran FlashAttention-2's kernel,
+    which reads the cache once per query head of a group, as the lesson's cell says."""
+    from helpers.plots import attention as plots
+
+    rec = committed_record("attention_decode", gpu)
+    rows = plots.decode_rows(rec)
+    assert len(rows) == len(rec.results["decode"])
+    group = experiment.HEADS // experiment.KV_HEADS
+    for row, r in zip(rows, rec.results["decode"]):
+        assert row["ours / SDPA"] == round(r["sdpa"]["call_ms"] / r["ours"]["call_ms"], 2)
+        assert row["our programs"] % (r["batch"] * experiment.KV_HEADS) == 0
+        if row["ours / SDPA"] >= 1.5:
+            assert row["SDPA runs"] == "flash" and row["FA-2 cache reads"] == group, row
+            assert r["sdpa"]["hbm_fraction"] < 0.5, r

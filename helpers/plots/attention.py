@@ -314,3 +314,36 @@ def format_targets(rows: list[dict]) -> str:
         lines.append(f"{t['target']:<52} {value:>16}  {goal:<20} {mark}")
     return "\n".join(lines)
 
+
+
+def decode_rows(rec) -> list[dict]:
+    """The decoding rows of an ``attention_decode`` record: ours against SDPA's default,
+    call against call, the backend SDPA chose, how many programs each launches for its
+    main kernel and how many times it reads the K/V cache. SDPA's FlashAttention-2 kernel
+    runs one program per (batch, query head, block of 128 queries), each reading its K/V
+    head's keys: once per query head of the group. Ours runs one per (batch, K/V head,
+    split of the keys) for all the group's rows (:func:`decode_config`'s setting for the
+    record's GPU, :func:`~helpers.kernels.attention.decode.split_keys`)."""
+    import torch
+
+    from ..experiments import attention_decode as ad
+    from ..kernels.attention import decode, decode_config
+
+    sms = hardware.lookup(rec.gpu).sm_count
+    setting = decode_config(ad.HEAD_DIM, torch.bfloat16, None, compiled=True, sms=sms)
+    rows = []
+    for e in rec.results["decode"]:
+        batch, keys = e["batch"], e["keys"]
+        splits, _ = decode.split_keys(batch * ad.KV_HEADS, keys, setting["block_n"],
+                                      setting["target_programs"])
+        backend = e.get("sdpa_backend") or ad.backend(e["sdpa"]["kernels"])
+        rows.append({"batch": batch, "queries": e["queries"], "keys": _k(keys),
+                     "ours us": round(e["ours"]["call_ms"] * 1e3, 1),
+                     "SDPA us": round(e["sdpa"]["call_ms"] * 1e3, 1), "SDPA runs": backend,
+                     "ours / SDPA": round(e["sdpa"]["call_ms"] / e["ours"]["call_ms"], 2),
+                     "our programs": batch * ad.KV_HEADS * splits,
+                     "FA-2 programs": batch * ad.HEADS * math.ceil(e["queries"] / 128)
+                     if backend == "flash" else "-",
+                     "FA-2 cache reads": ad.HEADS // ad.KV_HEADS if backend == "flash"
+                     else "-"})
+    return rows

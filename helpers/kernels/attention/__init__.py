@@ -340,9 +340,10 @@ def uses_decoding(heads: int, kv_heads: int, seq_q: int) -> bool:
 
 
 def decode_config(head_dim: int, dtype: torch.dtype, device: torch.device,
-                  compiled: bool | None = None) -> dict:
+                  compiled: bool | None = None, sms: int | None = None) -> dict:
     """The split-KV kernel's settings: its key tile, warps, stages and how many programs
     to aim for (splits x batch x K/V heads), two per SM; in the interpreter, small tiles.
+    ``sms``: the GPU's SM count, where ``device`` is not that GPU (a record's, read here).
 
     From a sweep on an H100 (bf16, 1 query, 32 heads on 8 K/V heads, d = 128, batch 1 and
     8, 8k to 128k keys; 36 settings, kernel time from torch.profiler): 64-key tiles, 3
@@ -350,7 +351,7 @@ def decode_config(head_dim: int, dtype: torch.dtype, device: torch.device,
     to 1.07x cuDNN's kernels (2.7 TB/s at 32k keys, batch 1; 3.1 TB/s at 128k, batch 8)."""
     if not (runtime.is_gpu() if compiled is None else compiled):
         return dict(block_n=16, num_warps=4, num_stages=1, target_programs=8)
-    sms = _sm_count(device)
+    sms = sms or _sm_count(device)
     wide = block_d(head_dim) * (4 if dtype == torch.float32 else 2) > 256
     return dict(block_n=32 if wide else 64, num_warps=4, num_stages=3,
                 target_programs=2 * sms)
