@@ -36,6 +36,7 @@ def make(batch, heads, kv_heads, seq_q, seq_k, d, seed):
 def launched(monkeypatch):
     """Plans whose launchers run the kernels the usual way and count each launch."""
     monkeypatch.setattr(kept, "KEPT_CALLS", {})
+    monkeypatch.setattr(kept, "_compiled_here", lambda: True)     # the stand-ins are
     monkeypatch.setattr(decode, "_plans", {})
     counts = {"split": 0, "combine": 0, "planned": 0}
     real_launch = decode.launch
@@ -61,7 +62,8 @@ def _counted(kernel, grid, settings, name, counts):
 
     def run(*args):
         counts[name] += 1
-        kernel[grid](*args, **options)
+        if not counts.get("broken"):
+            kernel[grid](*args, **options)
 
     return run
 
@@ -89,11 +91,21 @@ def test_three_dimensional_inputs_are_kept_as_three_dimensional(launched):
     A.flash_attention_forward(q, k, v, "bottom_right")
     q, k, v = (x[:, 0] for x in make(3, 1, 1, 2, 50, 16, seed=1))
     o, lse = A.flash_attention_forward(q, k, v, "bottom_right")
-    assert launched["planned"] == 1 and launched["split"] == 1, "the second call was kept"
+    # one check of the kept launches at the first call, then the second call through them
+    assert launched["planned"] == 1 and launched["split"] == 2, "the second call was kept"
     assert o.shape == q.shape and lse.shape == q.shape[:-1]
     o_ref, lse_ref = A.attention_reference(q, k, v, "bottom_right")
     assert_close(o.double(), o_ref.double(), 2e-3, 2e-3, "3-D kept call")
     assert_close(lse.double(), lse_ref.double(), 1e-3, 1e-3, "3-D kept call's lse")
+
+
+def test_decoding_launches_that_write_nothing_are_not_kept(launched):
+    q, k, v = make(2, 8, 2, 1, 70, 32, seed=0)
+    A.flash_attention_forward(q, k, v, "bottom_right")      # makes the plan's launchers
+    launched["broken"] = True
+    q, k, v = make(2, 8, 2, 1, 71, 32, seed=0)              # a new signature, same plan kind
+    A.flash_attention_forward(q, k, v, "bottom_right")
+    assert kept.KEPT_CALLS[kept.call_key(q, k, v, "bottom_right", None)] is kept.USUAL
 
 
 def test_another_signature_is_not_served_by_a_kept_call(launched):
@@ -140,6 +152,7 @@ class _Compiled:
 @pytest.fixture
 def forward_launches(monkeypatch):
     monkeypatch.setattr(kept, "KEPT_CALLS", {})
+    monkeypatch.setattr(kept, "_compiled_here", lambda: True)
     counts = {"usual": 0, "kept": 0, "broken": False}
     real = attention_forward.launch
 
@@ -180,12 +193,37 @@ def test_a_forward_like_an_earlier_one_runs_its_kept_launch(forward_launches, ca
 
 
 def test_a_launch_that_does_not_give_the_first_output_again_is_not_kept(forward_launches):
+    """A launcher that writes nothing fails its check (its buffers start as NaN); the
+    signature is marked for the usual path and not tried again."""
     forward_launches["broken"] = True
     q, k, v = make(1, 2, 2, 40, 56, 16, seed=0)
     A.flash_attention_forward(q, k, v, False)
+    assert list(kept.KEPT_CALLS.values()) == [kept.USUAL] and forward_launches["kept"] == 1
+    o, _ = A.flash_attention_forward(q, k, v, False)
+    assert forward_launches == {"usual": 2, "kept": 1, "broken": True}, \
+        "the usual path again, and no second try"
+    assert_close(o.double(), A.attention_reference(q, k, v, False)[0].double(), 2e-3, 2e-3,
+                 "the usual path's output")
+
+
+def test_arguments_that_cannot_be_keyed_take_the_usual_path(forward_launches):
+    q, k, v = make(1, 2, 2, 40, 56, 16, seed=0)
+    scale = torch.tensor(0.25)                   # a tensor may change: keyed by nothing
+    assert kept.call_key(q, k, v, False, scale) is None
+    o, _ = A.flash_attention_forward(q, k, v, False, scale)
     assert kept.KEPT_CALLS == {}
-    A.flash_attention_forward(q, k, v, False)
-    assert forward_launches["usual"] == 2, "the usual path again"
+    assert_close(o.double(), A.attention_reference(q, k, v, False, 0.25)[0].double(),
+                 2e-3, 2e-3, "a tensor scale")
+    with pytest.raises(ValueError, match="causal="):
+        A.flash_attention_forward(q, k, v, [1])      # unhashable: the usual check says so
+
+
+def test_kept_calls_switched_off(forward_launches, monkeypatch):
+    monkeypatch.setattr(kept, "ENABLED", False)
+    q, k, v = make(1, 2, 2, 40, 56, 16, seed=0)
+    for _ in range(2):
+        A.flash_attention_forward(q, k, v, False)
+    assert kept.KEPT_CALLS == {} and forward_launches["usual"] == 2
 
 
 def test_a_call_with_its_own_setting_is_never_kept(forward_launches):
@@ -210,6 +248,7 @@ class _CompiledAny(_Compiled):
 @pytest.fixture
 def backward_launches(monkeypatch):
     monkeypatch.setattr(kept, "KEPT_CALLS", {})
+    monkeypatch.setattr(kept, "_compiled_here", lambda: True)
     counts = {"usual": 0, "kept": 0}
     for name, kernel, grid_of in (
             ("launch_preprocess", attention_backward.attention_bwd_preprocess_kernel,

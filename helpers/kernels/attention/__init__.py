@@ -297,17 +297,20 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     ``config``, a call like one that ran compiled before goes straight to its kept
     launches (:mod:`~helpers.kernels.attention.kept`)."""
     call = None if config else kept.call_key(q, k, v, causal, sm_scale)
-    found = kept.KEPT_CALLS.get(call)
-    if found is not None:
+    found = kept.lookup(call)
+    if found is not None and found is not kept.USUAL:
         return found(q, k, v)
+    keeping = found is None and kept.worth_keeping(call)
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     _check_kernel_inputs(q4, k4, v4)
     diagonal = attention_tiled.causal_diagonal(causal, q4.shape[2], k4.shape[2])
     scale = _scale(q, sm_scale)
     if not config and uses_decoding(q4.shape[1], k4.shape[1], q4.shape[2]):
         out = _decode_forward(q4, k4, v4, squeeze, causal, scale, {})
-        kept.keep(call, attention_decode.kept_call(
-            q, k, v, diagonal, scale, **decode_config(q4.shape[-1], q4.dtype, q4.device)))
+        if keeping:
+            kept.keep(call, attention_decode.kept_call(
+                q, k, v, *out, diagonal, scale,
+                **decode_config(q4.shape[-1], q4.dtype, q4.device)))
         return out
     o = torch.empty_like(q4, memory_format=torch.contiguous_format)
     lse = torch.empty(q4.shape[:-1], dtype=torch.float32, device=q4.device)
@@ -324,7 +327,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
         raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
                          "is block_m keys wide and is walked in tiles of block_n")
     compiled = run(settings)
-    if call is not None:
+    if keeping:
         kept.keep(call, attention_forward.kept_call(compiled, q, k, v, o, lse, diagonal,
                                                     scale, **settings))
     return (o.squeeze(1), lse.squeeze(1)) if squeeze else (o, lse)
@@ -395,9 +398,10 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
     Without ``config``, a call like one that ran compiled before, on inputs that needed no
     copy, goes straight to its kept launches (:mod:`~helpers.kernels.attention.kept`)."""
     call = None if config else kept.backward_key(do, q, k, v, o, lse, causal, sm_scale)
-    found = kept.KEPT_CALLS.get(call)
-    if found is not None:
+    found = kept.lookup(call)
+    if found is not None and found is not kept.USUAL:
         return found(do, q, k, v, o, lse)
+    keeping = found is None and kept.worth_keeping(call)
     q4, k4, v4, squeeze = _four_dims(q, k, v)
     _check_kernel_inputs(q4, k4, v4)
     do4, o4, lse4 = (do.unsqueeze(1), o.unsqueeze(1), lse.unsqueeze(1)) if squeeze else (do, o, lse)
@@ -436,8 +440,8 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
                                                    diagonal, scale, **dkdv),
                     attention_backward.launch_dq(do4, q4, k4, v4, lse4, delta, dq, diagonal,
                                                  scale, **dq_tiles))
-        if all(a is b for a, b in zip(given, (q4, k4, v4, do4, o4, lse4))):   # no copies
-            kept.keep(call, attention_backward.kept_call(
+        if keeping and all(a is b for a, b in zip(given, (q4, k4, v4, do4, o4, lse4))):
+            kept.keep(call, attention_backward.kept_call(          # (inputs not copied)
                 compiled, do, q, k, v, o, lse, (dq, dk, dv), diagonal, scale, dkdv=dkdv,
                 dq_tiles=dq_tiles))
     grads = (dq, dk, dv)

@@ -327,18 +327,25 @@ def kept_call(compiled: tuple, do, q, k, v, o, lse, grads: tuple, diagonal: int 
     shapes = (q.shape, k.shape, v.shape, lse.shape)
     dtype, device, f32 = q.dtype, q.device, torch.float32
 
-    def call(do, q, k, v, o, lse):
-        dq = torch.empty(shapes[0], dtype=dtype, device=device)
-        dk = torch.empty(shapes[1], dtype=dtype, device=device)
-        dv = torch.empty(shapes[2], dtype=dtype, device=device)
-        delta = torch.empty(shapes[3], dtype=f32, device=device)
+    def into(do, q, k, v, o, lse, dq, dk, dv, delta):
         pre(o, do, delta, *pre_tail)
         go_dkdv(q, k, v, do, lse, delta, dk, dv, *dkdv_tail)
         go_dq(q, k, v, do, lse, delta, dq, *dq_tail)
         return dq, dk, dv
 
-    try:                            # the direct launches must give the first grads again
-        again = call(do, q, k, v, o, lse)
+    def call(do, q, k, v, o, lse):
+        return into(do, q, k, v, o, lse, torch.empty(shapes[0], dtype=dtype, device=device),
+                    torch.empty(shapes[1], dtype=dtype, device=device),
+                    torch.empty(shapes[2], dtype=dtype, device=device),
+                    torch.empty(shapes[3], dtype=f32, device=device))
+
+    # The direct launches must give the first grads again, into buffers of NaN (which
+    # equals nothing: a launch that wrote nothing cannot pass).
+    nan = float("nan")
+    try:
+        again = into(do, q, k, v, o, lse,
+                     *(torch.full(x, nan, dtype=dtype, device=device) for x in shapes[:3]),
+                     torch.empty(shapes[3], dtype=f32, device=device))
     except Exception:   # noqa: BLE001 - another Triton's launcher: the usual path serves
         return None
     want = tuple(g.view(x.shape) for g, x in zip(grads, again))

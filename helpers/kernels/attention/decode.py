@@ -186,13 +186,14 @@ def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: i
     return plan["splits"]
 
 
-def kept_call(q, k, v, diagonal: int | None, sm_scale: float, *, block_n: int,
+def kept_call(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: int,
               num_warps: int, num_stages: int, target_programs: int):
     """After :func:`launch` ran this call's plan compiled: ``call(q, k, v) -> (o, lse)``
     for later tensors of the same shapes, strides, dtype, device and alignment (3-D or
     4-D, as these were; their checks passed once for all), with nothing but the outputs'
     allocation and the two compiled launches. ``None`` before that (or in the
-    interpreter). ``q``, ``k``, ``v``: the caller's tensors (3-D ones count as one head).
+    interpreter), or where the launches do not give the call's ``o`` and ``lse`` again.
+    ``q``, ``k``, ``v``, ``o``, ``lse``: the caller's tensors (3-D ones count as one head).
 
     A decoding step against a short cache takes about 11 us of GPU time; the call's checks
     and lookups took longer than that on the host (measured on the lent H200 machine: 49 us
@@ -221,7 +222,16 @@ def kept_call(q, k, v, diagonal: int | None, sm_scale: float, *, block_n: int,
         combine(o_part, lse_part, o, lse, *combine_args)
         return o, lse
 
-    return call
+    # Once, into buffers of NaN (which equals nothing): the call's outputs again.
+    o_again, lse_again = (torch.full_like(x, float("nan")) for x in (o, lse))
+    o_part = torch.empty(n_o, dtype=f32, device=device)
+    lse_part = torch.empty(n_lse, dtype=f32, device=device)
+    try:
+        split(q, k, v, o_part, lse_part, sm_scale, *split_args)
+        combine(o_part, lse_part, o_again, lse_again, *combine_args)
+    except Exception:   # noqa: BLE001 - a launcher that fails: the usual path serves
+        return None
+    return call if torch.equal(o_again, o) and torch.equal(lse_again, lse) else None
 
 
 def _plan(q, k, v, diagonal, block_n, num_warps, num_stages, target_programs) -> dict:

@@ -22,20 +22,33 @@ the lent H200 machine (the split-KV call: 49 us of host time against 23 us for S
 
 from __future__ import annotations
 
-KEPT_CALLS: dict = {}   # signature (call_key, backward_key) -> the kept call
+import torch
+
+from ... import runtime
+
+ENABLED = True          # off: every call takes the usual path (and nothing is kept)
+KEPT_CALLS: dict = {}   # signature (call_key, backward_key) -> the kept call, or USUAL
 MAX_KEPT = 256          # past this many signatures (a sweep of shapes), start afresh
+# A signature whose kept launches failed their check (another Triton's launcher, say, or
+# outputs with NaN, which equal nothing): it takes the usual path, and is not tried again.
+USUAL = "usual"
+_SCALARS = (type(None), int, float)     # a scale keyed by value (a tensor's may change)
 
 
 def call_key(q, k, v, causal, sm_scale) -> tuple | None:
     """Everything the forward's checks, setting and launch depend on, read straight off
-    its arguments (``None`` for arguments that are not tensors: the checks then say why).
-    ``type(causal)`` too: 1 equals True, but only True is a mask the checks take."""
+    its arguments; ``None`` (not kept) for arguments that are not tensors with storage, a
+    mask that is neither a bool nor a string, or a scale that is not a number (the usual
+    path then says what is wrong, or takes them as it always did). ``type(causal)`` too: 1
+    equals True, but only True is a mask the checks take."""
+    if type(causal) not in (bool, str) or type(sm_scale) not in _SCALARS:
+        return None
     try:
         return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
                 k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(),
                 q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
-                type(causal), causal, type(sm_scale), sm_scale)
-    except (AttributeError, TypeError):
+                type(causal), causal, sm_scale)
+    except (AttributeError, TypeError, RuntimeError):     # RuntimeError: no storage
         return None
 
 
@@ -47,14 +60,30 @@ def backward_key(do, q, k, v, o, lse, causal, sm_scale) -> tuple | None:
         return None if forward is None else (
             "backward", forward, *((x.shape, x.stride(), x.dtype, x.get_device(),
                                     x.data_ptr() % 16) for x in (do, o, lse)))
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):
         return None
 
 
+def lookup(call):
+    """The kept call of signature ``call``, :data:`USUAL`, or ``None`` (not seen)."""
+    return KEPT_CALLS.get(call) if ENABLED and call is not None else None
+
+
+def _compiled_here() -> bool:
+    """Kernels run compiled here, and not under CUDA-graph capture (a kept call's first
+    check synchronises, which a capture refuses)."""
+    return runtime.is_gpu() and not torch.cuda.is_current_stream_capturing()
+
+
+def worth_keeping(call) -> bool:
+    """Whether to try keeping the launches of a call of signature ``call`` that was not
+    found (:func:`lookup`)."""
+    return ENABLED and call is not None and _compiled_here()
+
+
 def keep(call, kept) -> None:
-    """Keep ``kept`` (a call, or ``None`` where none could be made) under ``call``."""
-    if call is None or kept is None:
-        return
+    """Keep ``kept`` under ``call``: the kept call, or ``None`` where none could be made
+    (:data:`USUAL` is kept then, so that the next call does not try again)."""
     if len(KEPT_CALLS) >= MAX_KEPT:
         KEPT_CALLS.clear()
-    KEPT_CALLS[call] = kept
+    KEPT_CALLS[call] = USUAL if kept is None else kept
