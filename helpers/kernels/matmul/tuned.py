@@ -448,7 +448,8 @@ def _direct(compiled, prepare, a, b, c, tail, config, verify=True):
     except (AttributeError, TypeError, ValueError):     # not a compiled kernel we know
         return None
     if verify:                  # the direct launch must give exactly the first launch's C
-        again = torch.empty_like(c)
+        again = torch.full_like(c, float("nan"))     # NaN equals nothing: a launch that
+                                                     # wrote nothing cannot pass
         try:
             go(a, b, again, *full_tail)
         except Exception:
