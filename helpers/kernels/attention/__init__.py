@@ -335,6 +335,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
 
 DECODE_QUERIES = 16     # queries a head up to which the split-KV kernels take the forward
 
+
 def uses_decoding(heads: int, kv_heads: int, seq_q: int) -> bool:
     """Whether :func:`flash_attention_forward` splits the keys: at most ``DECODE_QUERIES``
     queries a head, and the query rows of the heads sharing a K/V head fit one tile."""
