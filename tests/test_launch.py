@@ -118,3 +118,36 @@ def test_the_operand_copy_checks_its_first_direct_launch(monkeypatch, broken):
         x, y = copy(a + step, b - step)
         assert torch.equal(x, a + step) and torch.equal(y[:, :77], b - step), step
     assert log == (["none", "usual", "usual"] if broken else ["lean", "lean"])
+
+
+def test_the_operand_copy_leaves_its_check_for_after_a_graph_capture(monkeypatch):
+    """Under CUDA-graph capture the first direct launch's check (which synchronises) waits:
+    the copy goes the usual way, and the next call outside the capture is checked."""
+    import torch
+
+    from helpers.kernels.matmul import pack
+
+    log = []
+    real = pack.pack_kernel
+
+    class Kernel:
+        def __getitem__(self, grid):
+            def first(*args, **kwargs):
+                real[grid](*args, **kwargs)
+                return _CompiledCopy(real, grid, log)
+            return first
+
+    monkeypatch.setattr(pack, "pack_kernel", Kernel())
+    monkeypatch.setattr(pack.runtime, "is_gpu", lambda: True)
+    monkeypatch.setattr(pack, "lean", lambda k, grid, device: launch.lean(
+        k, grid, device, current_stream=lambda d: 0))
+    a = torch.randn(37, 999, dtype=torch.float16)
+    b = torch.randn(999, 77, dtype=torch.float16)
+    copy = pack.packer(a, 999, b, 80, 16)
+    copy(a, b)
+    monkeypatch.setattr(pack, "_capturing", lambda: True)
+    x, _ = copy(a + 1, b)
+    assert log == ["usual"] and torch.equal(x, a + 1)
+    monkeypatch.setattr(pack, "_capturing", lambda: False)
+    x, _ = copy(a + 2, b)
+    assert log == ["usual", "lean"] and torch.equal(x, a + 2)

@@ -60,6 +60,11 @@ def pack_kernel(a, a_out, a_rows, a_cols, a_stride, a_out_stride, a_tiles,
                    TILE_R, TILE_C)
 
 
+def _capturing() -> bool:
+    """Whether the current stream is being captured into a CUDA graph (no synchronising)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _tiles(x: torch.Tensor) -> int:
     return triton.cdiv(x.shape[0], TILE_ROWS) * triton.cdiv(x.shape[1], TILE_COLS)
 
@@ -103,6 +108,8 @@ def packer(a: torch.Tensor | None, a_cols: int, b: torch.Tensor | None, b_cols: 
         args = (sources[0], out_first, *shape_first, sources[-1], out_last, *shape_last)
         if launch is not None and checked:
             launch(*args, TILE_ROWS, TILE_COLS)
+        elif launch is not None and _capturing():
+            usual(*args, TILE_ROWS, TILE_COLS)     # the check below would synchronise
         elif launch is not None:          # the first direct launch must copy what it was given
             checked = True
             for out in outs:              # NaN equals nothing: a launch that wrote nothing
