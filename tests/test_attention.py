@@ -225,12 +225,34 @@ def test_the_kernels_refuse_what_only_they_cannot_take():
 
 
 # Head dimensions that are not a power of two, each class: held in the next power of two
-# with its extra columns masked (24 -> 32, 40 -> 64, 80 and 96 -> 128, 136 and 192 -> 256).
-@pytest.mark.parametrize("d", [24, 40, 80, 96, 136, 192, 256])
+# with its extra columns masked (24 -> 32, 40 -> 64, 136 -> 256), or split in two powers
+# of two (48 = 32 + 16, 80 = 64 + 16, 96 = 64 + 32, 160 = 128 + 32, 192 = 128 + 64).
+@pytest.mark.parametrize("d", [24, 40, 48, 80, 96, 136, 160, 192, 256])
 def test_every_multiple_of_8_up_to_256_is_a_head_dimension(d):
     dtype = torch.float16
     check_kernels((1, 2, 1, 37, 45, d), "bottom_right" if d % 16 else True, dtype,
                   lse_tol=A.TOLERANCES[dtype][0] if helpers.is_gpu() else 1e-4)
+
+
+def test_a_head_two_powers_of_two_wide_goes_to_the_split_kernel():
+    from helpers.kernels.attention import forward, forward_split
+
+    split = {d: forward_split.pieces(d) for d in A.HEAD_DIMS}
+    assert {d for d, p in split.items() if p} == {48, 80, 96, 144, 160, 192}
+    assert split[80] == (64, 16) and split[192] == (128, 64) and split[112] is None
+    for d, p in split.items():
+        kernel = forward.kernel_for(d)
+        assert (kernel is forward_split.attention_fwd_split_kernel) == bool(p), d
+        assert not p or (sum(p) == d and min(p) >= forward_split.LEAST_PIECE)
+
+
+def test_a_split_head_row_that_sees_no_key_has_output_zero_and_lse_infinity():
+    q, k, v = make((1, 2, 1, 40, 17, 80), torch.float32)
+    o, lse = A.flash_attention_forward(q, k, v, "bottom_right")
+    o_ref, _ = A.attention_reference(q, k, v, "bottom_right")
+    assert torch.equal(o[:, :, :23], torch.zeros_like(o[:, :, :23]))
+    assert (lse[:, :, :23] == math.inf).all() and lse[:, :, 23:].isfinite().all()
+    assert_close(o.double(), o_ref.double(), 1e-4, 1e-4, "split head, bottom right")
 
 
 # (seq_q, seq_k): fewer queries than keys (chunked prefill), one query (decoding), more

@@ -143,7 +143,8 @@ class _Compiled:
     def run(self, *args):
         self.counts["kept"] += 1
         if not self.broken:     # past grid, stream, function, metadata and the hooks
-            attention_forward.attention_fwd_kernel[self.grid[:2]](*args[9:])
+            kernel = attention_forward.kernel_for(args[9].shape[-1])    # q's head
+            kernel[self.grid[:2]](*args[9:])
 
     def __getitem__(self, grid):
         return lambda *args: self.run(*grid, 0, 0, 0, None, None, None, *args)
@@ -190,6 +191,18 @@ def test_a_forward_like_an_earlier_one_runs_its_kept_launch(forward_launches, ca
     assert forward_launches["usual"] == 2 and o.shape == q3.shape
     assert_close(o.double(), A.attention_reference(q3 + 1, k3, v3, causal)[0].double(),
                  2e-3, 2e-3, "kept 3-D forward")
+
+
+def test_a_kept_forward_on_a_head_split_in_two_pieces(forward_launches):
+    """d = 48 = 32 + 16 runs the split kernel (:mod:`.forward_split`): its kept launch
+    passes that kernel's widths in its signature's order."""
+    assert attention_forward.kernel_for(48) is not attention_forward.attention_fwd_kernel
+    for seed in (0, 1):
+        q, k, v = make(1, 4, 2, 40, 56, 48, seed=seed)
+        o, lse = A.flash_attention_forward(q, k, v, True)
+        assert_close(o.double(), A.attention_reference(q, k, v, True)[0].double(), 2e-3, 2e-3,
+                     f"split head, step {seed}")
+    assert forward_launches == {"usual": 1, "kept": 2, "broken": False}
 
 
 def test_a_launch_that_does_not_give_the_first_output_again_is_not_kept(forward_launches):

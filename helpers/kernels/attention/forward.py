@@ -28,9 +28,10 @@ left, ``seq_k - seq_q`` at the bottom right) splits each program's keys in three
 The last, partial tile of a sequence that is not a multiple of ``BLOCK_N`` is masked
 too; every full tile before it runs the unmasked loop.
 
-A head dimension that is not a power of two (80, 96, 192) is held ``BLOCK_D`` wide, the
+A head dimension that is not a power of two (112, 224) is held ``BLOCK_D`` wide, the
 next power of two (``tl.arange`` needs one): the columns past ``HEAD_DIM`` load as zeros,
-add nothing to ``Q K^T`` and are never stored.
+add nothing to ``Q K^T`` and are never stored. A head that two powers of two make up
+(80 = 64 + 16, 96, 192) goes to :mod:`.forward_split` instead, which multiplies no zeros.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import triton
 import triton.language as tl
 
 from ..launch import lean
+from . import forward_split
 
 LOG2_E = tl.constexpr(1.4426950408889634)   # exp(x) = exp2(x * log2(e))
 LN_2 = tl.constexpr(0.6931471805599453)     # the saved lse goes back to natural log
@@ -165,14 +167,30 @@ def _grid(q, block_m: int) -> tuple:
     return (triton.cdiv(seq_q, block_m), batch * heads, 1)
 
 
+# A head two powers of two wide (80 = 64 + 16, 192 = 128 + 64) goes to the kernel of
+# :mod:`.forward_split`, which multiplies no padding; off, every head is held padded here.
+SPLIT_HEADS = True
+
+
+def kernel_for(head_dim: int):
+    """The forward kernel that takes a head ``head_dim`` wide: this module's, or for a
+    head :func:`.forward_split.pieces` splits, :mod:`.forward_split`'s."""
+    if SPLIT_HEADS and forward_split.pieces(head_dim):
+        return forward_split.attention_fwd_split_kernel
+    return attention_fwd_kernel
+
+
 def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int):
-    """The kernel's arguments after the five tensors and the scale: ``(ints, constexprs)``."""
+    """The kernel's arguments after the five tensors and the scale: ``(ints, constexprs)``,
+    the constexprs in the order of :func:`kernel_for`'s signature."""
     heads, seq_q, head_dim = q.shape[1], q.shape[2], q.shape[3]
     ints = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             heads, seq_q, k.shape[2], diagonal or 0)
-    constexprs = dict(GROUP=heads // k.shape[1], HEAD_DIM=head_dim,
-                      BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m,
+    widths = (forward_split.constexprs(head_dim)
+              if kernel_for(head_dim) is not attention_fwd_kernel
+              else dict(BLOCK_D=triton.next_power_of_2(head_dim)))
+    constexprs = dict(GROUP=heads // k.shape[1], HEAD_DIM=head_dim, **widths, BLOCK_M=block_m,
                       BLOCK_N=block_n, CAUSAL=diagonal is not None)
     return ints, constexprs
 
@@ -184,7 +202,7 @@ def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_m: i
     ``compile_only``: compile this setting and launch nothing (a tuner's head start).
     Returns what Triton's launch returns: the compiled kernel, on a GPU."""
     ints, constexprs = _arguments(q, k, v, o, diagonal, block_m, block_n)
-    return launcher(attention_fwd_kernel, _grid(q, block_m), compile_only)(
+    return launcher(kernel_for(q.shape[3]), _grid(q, block_m), compile_only)(
         q, k, v, o, lse, sm_scale, *ints, **constexprs, num_warps=num_warps,
         num_stages=num_stages)
 

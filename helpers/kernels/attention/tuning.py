@@ -135,17 +135,18 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel) -> dict
     (``cache_key``) keys the disk."""
     if not worth_tuning(q, k):
         return table
-    # A call seen before: its shapes, mask, dtype and GPU, looked up as they come (the key
-    # below costs microseconds of Python, which a short sequence's call cannot spare).
-    call = (pass_name, q.shape, k.shape, bool(causal), q.dtype, q.device)
+    # A call seen before: its shapes, mask, dtype, GPU and kernel, looked up as they come
+    # (the key below costs microseconds of Python, which a short sequence's call cannot
+    # spare).
+    call = (pass_name, q.shape, k.shape, bool(causal), q.dtype, q.device, kernel)
     if call in _KEPT:
         return _KEPT[call]
-    this = (*key(pass_name, q, k, causal), q.device)
+    this = (*key(pass_name, q, k, causal), q.device, kernel)
     if this in _KEPT:
         _KEPT[call] = _KEPT[this]
         return _KEPT[this]
     props = torch.cuda.get_device_properties(q.device)
-    disk_key = DECISIONS.key_of(this[:-1], props.name, (props.major, props.minor),
+    disk_key = DECISIONS.key_of(this[:-2], props.name, (props.major, props.minor),
                                 triton.__version__, source_key(kernel), SPACES[pass_name])
     kept = DECISIONS.get(disk_key)
     if kept is None:
