@@ -13,6 +13,15 @@ Each: microseconds a call over 200 calls between two CUDA events, medians of 5 r
 turn, and the host's microseconds a call (the loop's own time with no synchronisation).
 
     PYTHONPATH=$PWD python3 tests/gpu/host_time_probe.py      # $OUT/host_time.json
+
+Measured on an H200 at fb8aecb (µs a call, ours against theirs, GPU-paced; the host's own
+time a call in brackets): matmul 1000^3 bf16 13.7 (14.0) against torch 12.8 (12.8), 0.93x;
+4096 x 4096 x 1024 50.3 (12.0) against 54.4 (13.6), 1.08x; 379 x 2473 x 219 fp16 26.3 (26.6)
+against 14.1 (14.1), 0.54x, a copy and a kernel launched against one; decoding at 8k keys
+31.4 (31.4) against SDPA's 22.2 (22.3), 0.71x, at 32k 48.8 (48.9) against 40.1 (31.7),
+0.82x; forward + backward at 512 tokens 314 (314) against 209 (209), 0.67x, at 1,024 374
+(374) against 274 (274), 0.73x. Where the two times are equal the loop runs at the host's
+pace, ours and torch's alike.
 """
 import json
 import os
