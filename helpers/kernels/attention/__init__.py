@@ -66,7 +66,8 @@ __all__ = [
 ]
 
 # Multiples of 8 (16-byte rows in fp16) from 16 (tl.dot's least) to 256. The kernels work on
-# the next power of two (tl.arange needs one) and mask the columns past d.
+# the next power of two (tl.arange needs one) and mask the columns past d; the forward takes
+# a d that two powers of two make up (80 = 64 + 16) in those two pieces (forward_split.py).
 HEAD_DIMS = tuple(range(16, 257, 8))
 
 # (atol, rtol) of outputs and gradients against the float64 reference. P is rounded to
