@@ -13,17 +13,20 @@ column pieces of widths ``BLOCK_D`` and ``BLOCK_E`` that add up to the head exac
 * output: ``acc1 += P V1`` and ``acc2 += P V2``, one accumulator per piece, rescaled
   together by the online softmax and stored side by side.
 
-Nothing is masked by column and no product multiplies padding. Measured on an H200
-(``tests/gpu/attention_split_probe.py``: bf16, batch 4, 16 heads, 4,096 tokens, the table's
-tiles for both), the split forward took 1.10x / 1.15x less time than the padded one at
-d = 80 (non-causal / causal), 1.10x / 1.11x at d = 96, 1.11x / 1.07x at d = 192: about what
-the padding cost, less at 192, where the second piece's 64-wide products run the tensor
-cores less well. Everything else (the
+Nothing is masked by column and no product multiplies padding. Everything else (the
 online softmax, the causal split into unmasked, diagonal and skipped tiles, the saved
-log-sum-exp) is :mod:`.forward`'s, line for line (:mod:`.forward` imports this module, so
-the two constants are written out again here). The kernel takes the same arguments,
-with ``BLOCK_E`` after ``BLOCK_D``; :func:`.forward.launch` picks it for a head that
+log-sum-exp) is :mod:`.forward`'s, line for line; :mod:`.forward` imports this module, so
+the two constants are written out again here. The kernel takes the same arguments, with
+``BLOCK_E`` after ``BLOCK_D``; :func:`.forward.launch` picks it for a head that
 :func:`pieces` splits.
+
+Measured on an H200 (``tests/gpu/attention_split_probe.py``: bf16, batch 4, 16 heads, 4,096
+tokens, the table's tiles for both kernels), the split forward ran 1.11x / 1.15x as fast as
+the padded one at d = 80 (non-causal / causal), 1.10x / 1.11x at d = 96 and 1.11x / 1.07x
+at d = 192. That is less than the padding's share of the products (3/8 at d = 80, 1/4 at
+192): the softmax's work on each score, which the pieces do not change, is the rest of a
+tile's time. With the tuner, against SDPA's default (cuDNN): 1.00x / 0.98x at d = 80,
+0.90x / 0.92x at 96, 0.76x / 0.77x at 192 (``helpers/records/attention_decode__H200.json``).
 """
 
 from __future__ import annotations
