@@ -58,8 +58,13 @@ def _fork_server() -> tuple:
         folder = tempfile.mkdtemp(prefix="course-judge-")
         address, key = str(Path(folder) / "judge.sock"), secrets.token_bytes(32)
         root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        # One thread for torch and NumPy, as each kernel gets (session.Kernel): judges run
+        # beside kernels and other judges, and OpenMP threads waiting at a barrier for a
+        # partner without a core spin. Lesson 06's ten plants, graded two at a time on 2
+        # cores: 3-6 CPU-seconds a judge with the default threads, under 1 with one.
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   PYTHONPATH=os.pathsep.join(
+                       [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
         proc = subprocess.Popen([sys.executable, "-m", "helpers.grading.judging", address],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         proc.stdin.write(key.hex().encode() + b"\n")
