@@ -105,10 +105,11 @@ def check_kernels(shape, causal, dtype, lse_tol):
         assert_close(got, want, 2 * atol * scale, 2 * rtol, f"d{name} {shape} causal={causal}")
 
 
-@pytest.mark.parametrize("fn", [A.flash_attention, A.tiled_attention],
-                         ids=["flash", "tiled"])
-def test_autograd_through_three_dimensional_inputs(fn):
-    q, k, v = (x[:, 0] for x in make((2, 1, 1, 37, 37, 32), torch.float32))
+@pytest.mark.parametrize("fn, d", [(A.flash_attention, 32), (A.tiled_attention, 32),
+                                   (A.flash_attention, 80)],
+                         ids=["flash", "tiled", "flash-split-head"])
+def test_autograd_through_three_dimensional_inputs(fn, d):
+    q, k, v = (x[:, 0] for x in make((2, 1, 1, 37, 37, d), torch.float32))
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     o = fn(*leaves, causal=True, sm_scale=0.3)
     assert o.shape == q.shape
@@ -244,6 +245,20 @@ def test_a_head_two_powers_of_two_wide_goes_to_the_split_kernel():
         kernel = forward.kernel_for(d)
         assert (kernel is forward_split.attention_fwd_split_kernel) == bool(p), d
         assert not p or (sum(p) == d and min(p) >= forward_split.LEAST_PIECE)
+
+
+def test_a_split_head_in_a_heads_after_tokens_layout():
+    """(batch, seq, heads, d) memory seen as (batch, heads, seq, d): the split kernel reads
+    each piece through the strides, as the padded one does."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 33, 4, 96, generator=g).to(DEVICE).transpose(1, 2)
+               for _ in range(3))
+    assert not q.is_contiguous()
+    o, lse = A.flash_attention_forward(q, k, v, True)
+    o_ref, lse_ref = A.attention_reference(q, k, v, True)
+    atol, rtol = A.TOLERANCES[torch.float32]
+    assert_close(o, o_ref, atol, rtol, "split head, strided")
+    assert_close(lse, lse_ref, atol, rtol, "split head lse, strided")
 
 
 def test_a_split_head_row_that_sees_no_key_has_output_zero_and_lse_infinity():
