@@ -227,8 +227,8 @@ def test_the_kernels_refuse_what_only_they_cannot_take():
 
 # Head dimensions that are not a power of two, each class: held in the next power of two
 # with its extra columns masked (24 -> 32, 40 -> 64, 136 -> 256), or split in two powers
-# of two (48 = 32 + 16, 80 = 64 + 16, 96 = 64 + 32, 160 = 128 + 32, 192 = 128 + 64).
-@pytest.mark.parametrize("d", [24, 40, 48, 80, 96, 136, 160, 192, 256])
+# of two (48 = 32 + 16, 80 = 64 + 16, 96 = 64 + 32, 144 = 128 + 16, 192 = 128 + 64).
+@pytest.mark.parametrize("d", [24, 40, 48, 80, 96, 136, 144, 192, 256])
 def test_every_multiple_of_8_up_to_256_is_a_head_dimension(d):
     dtype = torch.float16
     check_kernels((1, 2, 1, 37, 45, d), "bottom_right" if d % 16 else True, dtype,
@@ -245,6 +245,7 @@ def test_a_head_two_powers_of_two_wide_goes_to_the_split_kernel():
         kernel = forward.kernel_for(d)
         assert (kernel is forward_split.attention_fwd_split_kernel) == bool(p), d
         assert not p or (sum(p) == d and min(p) >= forward_split.LEAST_PIECE)
+        assert forward.held(d) == (d if p else A.block_d(d)), d
 
 
 def test_a_split_head_in_a_heads_after_tokens_layout():

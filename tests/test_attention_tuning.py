@@ -133,6 +133,22 @@ def test_the_fastest_candidate_is_kept_for_the_process_and_read_from_disk_after(
     assert len(stand_in_gpu.timed) == 2 * timed
 
 
+def test_a_split_heads_candidates_are_counted_at_the_width_it_holds(stand_in_gpu):
+    """d = 192 held as 128 + 64 columns, not 256: 128 x 64 tiles with 4 stages fit an H100's
+    shared memory at 192 columns (196,608 bytes in bf16) and not at 256 (262,144)."""
+    from helpers.kernels.attention import forward
+
+    q, k, _ = qkv(d=192, dtype=torch.bfloat16)
+    table = dict(block_m=128, block_n=64, num_warps=8, num_stages=2)
+    assert forward.held(192) == 192
+    tuning.choose("forward", q, k, False, table, lambda tiles: None,
+                  forward.kernel_for(192), forward.held(192))
+    assert "128x64 w8 s4" in stand_in_gpu.timed
+    stand_in_gpu.timed.clear()
+    tuning.choose("forward", q, k, True, table, lambda tiles: None, A.attention_fwd_kernel)
+    assert stand_in_gpu.timed and "128x64 w8 s4" not in stand_in_gpu.timed
+
+
 def test_the_tables_own_failure_is_the_calls(stand_in_gpu):
     q, k, _ = qkv()
     table = dict(block_m=32, block_n=32, num_warps=4, num_stages=1)

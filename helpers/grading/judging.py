@@ -63,7 +63,7 @@ def _fork_server() -> tuple:
         # partner without a core spin. Lesson 06's ten plants, graded two at a time on 2
         # cores: 3-6 CPU-seconds a judge with the default threads, under 1 with one.
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   PYTHONPATH=os.pathsep.join(
+                   OPENBLAS_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
                        [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
         proc = subprocess.Popen([sys.executable, "-m", "helpers.grading.judging", address],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)

@@ -326,7 +326,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     # Without config, on a GPU: the setting tuned for this call's key (tuning.choose).
     settings = {**table, **config} if config else tuning.choose(
         "forward", q4, k4, diagonal is not None, table, run,
-        attention_forward.kernel_for(q4.shape[-1]))
+        attention_forward.kernel_for(q4.shape[-1]), attention_forward.held(q4.shape[-1]))
     if settings["block_m"] % settings["block_n"]:
         raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
                          "is block_m keys wide and is walked in tiles of block_n")

@@ -175,9 +175,17 @@ SPLIT_HEADS = True
 def kernel_for(head_dim: int):
     """The forward kernel that takes a head ``head_dim`` wide: this module's, or for a
     head :func:`.forward_split.pieces` splits, :mod:`.forward_split`'s."""
-    if SPLIT_HEADS and forward_split.pieces(head_dim):
-        return forward_split.attention_fwd_split_kernel
-    return attention_fwd_kernel
+    return forward_split.attention_fwd_split_kernel if _split(head_dim) else attention_fwd_kernel
+
+
+def _split(head_dim: int) -> bool:
+    return bool(SPLIT_HEADS and forward_split.pieces(head_dim))
+
+
+def held(head_dim: int) -> int:
+    """The columns of a head :func:`kernel_for`'s kernel holds: ``head_dim`` split, or the
+    next power of two."""
+    return head_dim if _split(head_dim) else triton.next_power_of_2(head_dim)
 
 
 def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int):
@@ -187,8 +195,7 @@ def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int):
     ints = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             heads, seq_q, k.shape[2], diagonal or 0)
-    widths = (forward_split.constexprs(head_dim)
-              if kernel_for(head_dim) is not attention_fwd_kernel
+    widths = (forward_split.constexprs(head_dim) if _split(head_dim)
               else dict(BLOCK_D=triton.next_power_of_2(head_dim)))
     constexprs = dict(GROUP=heads // k.shape[1], HEAD_DIM=head_dim, **widths, BLOCK_M=block_m,
                       BLOCK_N=block_n, CAUSAL=diagonal is not None)

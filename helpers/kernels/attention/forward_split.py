@@ -36,7 +36,7 @@ import triton.language as tl
 
 LOG2_E = tl.constexpr(1.4426950408889634)   # as in .forward: scores in base 2
 LN_2 = tl.constexpr(0.6931471805599453)     # and the saved lse back in natural log
-LEAST_PIECE = 16    # the tensor cores multiply 16 bf16/fp16 elements a step along K
+LEAST_PIECE = 16    # tl.dot's least K (16 elements, fp16, bf16 and tf32 alike)
 
 
 def pieces(head_dim: int) -> tuple[int, int] | None:

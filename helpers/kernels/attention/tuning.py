@@ -127,12 +127,15 @@ def source_key(kernel) -> str:
     return hashlib.sha256(inspect.getsource(getattr(kernel, "fn", kernel)).encode()).hexdigest()
 
 
-def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel) -> dict:
+def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel,
+           held: int | None = None) -> dict:
     """The setting for this call: the process's or the disk's choice for its key, else the
     fastest candidate timed now with ``run(tiles)`` (one launch; a candidate whose launch
     raises, out of shared memory say, is dropped; ``run(tiles, compile_only=True)``
-    compiles without launching). ``kernel``: the JIT function, whose source
-    (``cache_key``) keys the disk."""
+    compiles without launching). ``kernel``: the JIT function, which keys the process's
+    choices and, by its source (``cache_key``), the disk's. ``held``: the columns of a
+    head the kernel holds, where not the key's power of two (a split head: its
+    candidates' shared memory is counted at that width)."""
     if not worth_tuning(q, k):
         return table
     # A call seen before: its shapes, mask, dtype, GPU and kernel, looked up as they come
@@ -151,7 +154,7 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel) -> dict
     kept = DECISIONS.get(disk_key)
     if kept is None:
         limit = getattr(props, "shared_memory_per_block_optin", 0) or SHARED_FALLBACK
-        kept = _timed(pass_name, table, run, this[1], q.element_size(), limit)
+        kept = _timed(pass_name, table, run, held or this[1], q.element_size(), limit)
         DECISIONS.put(disk_key, kept)
     _KEPT[this] = _KEPT[call] = kept["tiles"]
     return kept["tiles"]
