@@ -46,6 +46,10 @@ def test_a_key_is_the_pass_head_width_length_buckets_causal_and_dtype():
     assert tuning.key("forward", q.half(), k.half(), True)[-1] == "float16"
     longer, _, _ = qkv(seq_q=1025, seq_k=1000, d=80)
     assert tuning.key("forward", longer, k, True) != tuning.key("forward", q, k, True)
+    # A split head (forward_split) is keyed at its own width: 80 and 96 apart.
+    assert tuning.key("forward", q, k, True, held=80)[1] == 80
+    assert tuning.key("forward", q, k, True, held=80) != tuning.key("forward", q96, k96, True,
+                                                                    held=96)
 
 
 @pytest.mark.parametrize("pass_name", ["forward", "dkdv", "dq"])

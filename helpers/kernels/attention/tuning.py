@@ -8,7 +8,8 @@ up to 3%, and the winner moved with the length and the mask (64 x 64 tiles with 
 4k causal, 128 x 64 with 8 warps at 1k non-causal, the table elsewhere). At 2,048 tokens,
 d = 64, causal (``tests/test_attention_tuning.py``, compiled) the tuner's picks beat the
 table by 10% (forward, dQ) and 16% (dK/dV). So on a GPU each pass is tuned per
-**key**: the head's width (:func:`~helpers.kernels.attention.block_d`), the length bucket
+**key**: the head's width (:func:`~helpers.kernels.attention.block_d`, or the forward's
+split head's own, :func:`~helpers.kernels.attention.forward.held`), the length bucket
 of the queries and of the keys (:func:`length_bucket`), causal or not, and the dtype.
 
 On a key's first call the tuner times every candidate of the pass's space that fits the
@@ -68,10 +69,11 @@ def length_bucket(n: int) -> int:
     return min(max(triton.next_power_of_2(n), SHORTEST), LONGEST)
 
 
-def key(pass_name: str, q, k, causal: bool) -> tuple:
-    """What a setting is chosen for: the pass, the head's width, the length buckets of the
+def key(pass_name: str, q, k, causal: bool, held: int | None = None) -> tuple:
+    """What a setting is chosen for: the pass, the head's width (the power of two the
+    kernel holds it in, or ``held``: a split head's own width), the length buckets of the
     queries and the keys, causal or not, and the dtype."""
-    width = triton.next_power_of_2(q.shape[-1])
+    width = held or triton.next_power_of_2(q.shape[-1])
     return (pass_name, width, length_bucket(q.shape[2]), length_bucket(k.shape[2]),
             bool(causal), str(q.dtype).replace("torch.", ""))
 
@@ -134,8 +136,8 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel,
     raises, out of shared memory say, is dropped; ``run(tiles, compile_only=True)``
     compiles without launching). ``kernel``: the JIT function, which keys the process's
     choices and, by its source (``cache_key``), the disk's. ``held``: the columns of a
-    head the kernel holds, where not the key's power of two (a split head: its
-    candidates' shared memory is counted at that width)."""
+    head the kernel holds, where not a power of two (a split head: keyed, and its
+    candidates' shared memory counted, at that width)."""
     if not worth_tuning(q, k):
         return table
     # A call seen before: its shapes, mask, dtype, GPU and kernel, looked up as they come
@@ -144,7 +146,7 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel,
     call = (pass_name, q.shape, k.shape, bool(causal), q.dtype, q.device, kernel)
     if call in _KEPT:
         return _KEPT[call]
-    this = (*key(pass_name, q, k, causal), q.device, kernel)
+    this = (*key(pass_name, q, k, causal, held), q.device, kernel)
     if this in _KEPT:
         _KEPT[call] = _KEPT[this]
         return _KEPT[this]
@@ -154,7 +156,7 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel,
     kept = DECISIONS.get(disk_key)
     if kept is None:
         limit = getattr(props, "shared_memory_per_block_optin", 0) or SHARED_FALLBACK
-        kept = _timed(pass_name, table, run, held or this[1], q.element_size(), limit)
+        kept = _timed(pass_name, table, run, this[1], q.element_size(), limit)
         DECISIONS.put(disk_key, kept)
     _KEPT[this] = _KEPT[call] = kept["tiles"]
     return kept["tiles"]
