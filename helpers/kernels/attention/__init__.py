@@ -260,7 +260,7 @@ def block_d(head_dim: int) -> int:
     """The width the kernels hold a head in: ``head_dim`` up to a power of two (96 -> 128);
     the columns past ``head_dim`` are masked on every load and store. The forward holds a
     head two powers of two make up in those two pieces instead (:mod:`.forward_split`);
-    its settings are still read for this width."""
+    its table setting is still read for this width (the tuner keys it at its own)."""
     return 1 << (head_dim - 1).bit_length()
 
 
