@@ -86,15 +86,12 @@ class _CompiledCopy:
         return lambda *args: self._launch("usual", *args)
 
 
-@pytest.mark.parametrize("broken", [False, True], ids=["lean", "broken launcher"])
-def test_the_operand_copy_checks_its_first_direct_launch(monkeypatch, broken):
-    """The copy's later calls go through its launcher (lean); the first of them is checked,
-    and a launcher that does not copy is dropped for the usual launch."""
-    import torch
-
+def _stand_in_copy(monkeypatch, log: list, lean=None):
+    """matmul's operand copy on a stand-in GPU: its kernel's first launch runs in the
+    interpreter and returns a :class:`_CompiledCopy` that logs each later launch; ``lean``
+    replaces the copy's direct launcher (default: the real one, told the stream)."""
     from helpers.kernels.matmul import pack
 
-    log = []
     real = pack.pack_kernel
 
     class Kernel:
@@ -106,11 +103,20 @@ def test_the_operand_copy_checks_its_first_direct_launch(monkeypatch, broken):
 
     monkeypatch.setattr(pack, "pack_kernel", Kernel())
     monkeypatch.setattr(pack.runtime, "is_gpu", lambda: True)
-    if broken:
-        monkeypatch.setattr(pack, "lean", lambda k, grid, device: lambda *a: log.append("none"))
-    else:
-        monkeypatch.setattr(pack, "lean", lambda k, grid, device: launch.lean(
-            k, grid, device, current_stream=lambda d: 0))
+    monkeypatch.setattr(pack, "lean", lean or (lambda k, grid, device: launch.lean(
+        k, grid, device, current_stream=lambda d: 0)))
+    return pack
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["lean", "broken launcher"])
+def test_the_operand_copy_checks_its_first_direct_launch(monkeypatch, broken):
+    """The copy's later calls go through its launcher (lean); the first of them is checked,
+    and a launcher that does not copy is dropped for the usual launch."""
+    import torch
+
+    log = []
+    pack = _stand_in_copy(monkeypatch, log, (lambda k, grid, device: lambda *a: log.append(
+        "none")) if broken else None)
     a = torch.randn(37, 999, dtype=torch.float16)          # rows off 16 bytes: copied
     b = torch.randn(999, 77, dtype=torch.float16)
     copy = pack.packer(a, 999, b, 80, 16)
@@ -125,22 +131,8 @@ def test_the_operand_copy_leaves_its_check_for_after_a_graph_capture(monkeypatch
     the copy goes the usual way, and the next call outside the capture is checked."""
     import torch
 
-    from helpers.kernels.matmul import pack
-
     log = []
-    real = pack.pack_kernel
-
-    class Kernel:
-        def __getitem__(self, grid):
-            def first(*args, **kwargs):
-                real[grid](*args, **kwargs)
-                return _CompiledCopy(real, grid, log)
-            return first
-
-    monkeypatch.setattr(pack, "pack_kernel", Kernel())
-    monkeypatch.setattr(pack.runtime, "is_gpu", lambda: True)
-    monkeypatch.setattr(pack, "lean", lambda k, grid, device: launch.lean(
-        k, grid, device, current_stream=lambda d: 0))
+    pack = _stand_in_copy(monkeypatch, log)
     a = torch.randn(37, 999, dtype=torch.float16)
     b = torch.randn(999, 77, dtype=torch.float16)
     copy = pack.packer(a, 999, b, 80, 16)
