@@ -41,7 +41,9 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from triton.runtime import _allocation
 
+from ... import runtime
 from ..launch import lean
 from . import forward_split
 
@@ -64,19 +66,33 @@ def load_rows(ptrs, rows, n_rows, in_head, MASK_ROWS: tl.constexpr, WHOLE_HEAD: 
 
 
 @triton.jit
-def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
+def _key_rows(src, b, h_kv, start_n, stride_n, seq_k, in_head,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+              MASKED: tl.constexpr, TMA: tl.constexpr):
+    """The K or V tile of keys ``start_n ..``: from a tensor descriptor (``TMA``), whose
+    rows past the sequence arrive as zeros, or through pointers from the head's start."""
+    if TMA:
+        x = src.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+    else:
+        cols = start_n + tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, BLOCK_D)
+        x = load_rows(src + cols[:, None] * stride_n + dims[None, :], cols, seq_k, in_head,
+                      MASKED, BLOCK_D == HEAD_DIM)
+    return x
+
+
+@triton.jit
+def _visit_key_tiles(acc, l_i, m_i, q, k_src, v_src, b, h_kv, stride_kn, stride_vn,
                      rows, start, stop, seq_k, diag, qk_scale,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                     MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr):
     """The inner loop: the K/V tiles of keys ``start .. stop`` past one resident Q tile."""
-    dims = tl.arange(0, BLOCK_D)
-    in_head = dims[None, :] < HEAD_DIM
+    in_head = tl.arange(0, BLOCK_D)[None, :] < HEAD_DIM
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + tl.arange(0, BLOCK_N)
-        k_ptrs = k_head + cols[:, None] * stride_kn + dims[None, :]
-        v_ptrs = v_head + cols[:, None] * stride_vn + dims[None, :]
-        k = load_rows(k_ptrs, cols, seq_k, in_head, MASKED, BLOCK_D == HEAD_DIM)
+        k = _key_rows(k_src, b, h_kv, start_n, stride_kn, seq_k, in_head,
+                      HEAD_DIM, BLOCK_D, BLOCK_N, MASKED, TMA)
         # >>> assignment: scores, masks, the online-softmax update, P @ V
         # BLOCK_M x BLOCK_N scores on the tensor cores, accumulated in fp32, in log2 units.
         s = tl.dot(q, tl.trans(k)) * qk_scale
@@ -92,7 +108,8 @@ def _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
         p = tl.math.exp2(s - m_new[:, None])
         rescale = tl.math.exp2(m_i - m_new)
         l_i = l_i * rescale + tl.sum(p, 1)
-        v = load_rows(v_ptrs, cols, seq_k, in_head, MASKED, BLOCK_D == HEAD_DIM)
+        v = _key_rows(v_src, b, h_kv, start_n, stride_vn, seq_k, in_head,
+                      HEAD_DIM, BLOCK_D, BLOCK_N, MASKED, TMA)
         # P goes to the tensor cores in the inputs' dtype; the sum stays fp32.
         acc = acc * rescale[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -110,7 +127,7 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
                          heads, seq_q, seq_k, diag,
                          GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         CAUSAL: tl.constexpr):
+                         CAUSAL: tl.constexpr, TMA: tl.constexpr = False):
     pid_m = tl.program_id(0)
     batch_head = tl.program_id(1)
     b = (batch_head // heads).to(tl.int64)
@@ -130,6 +147,17 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     qk_scale = sm_scale * LOG2_E
 
+    k_src, v_src = k_head, v_head
+    if TMA:
+        # K and V tiles through Hopper's tensor memory accelerator: one instruction asks
+        # for a whole tile, which lands in shared memory while the warps compute, instead
+        # of every thread computing addresses and issuing loads. A descriptor (base,
+        # shape, strides, tile) is made here, on the GPU, per program.
+        kv_shape = [tl.num_programs(1) // heads, heads // GROUP, seq_k, HEAD_DIM]
+        k_src = tl.make_tensor_descriptor(K, kv_shape, [stride_kb, stride_kh, stride_kn, 1],
+                                          [1, 1, BLOCK_N, HEAD_DIM])
+        v_src = tl.make_tensor_descriptor(V, kv_shape, [stride_vb, stride_vh, stride_vn, 1],
+                                          [1, 1, BLOCK_N, HEAD_DIM])
     # >>> assignment: which key tiles run unmasked, which masked, which are skipped
     full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N              # keys in whole K tiles
     if CAUSAL:
@@ -142,12 +170,13 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
         unmasked_end = full_tiles_end
         stop = seq_k
     # <<< assignment
-    acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
-                                     rows, 0, unmasked_end, seq_k, diag, qk_scale,
-                                     HEAD_DIM, BLOCK_D, BLOCK_N, False, CAUSAL)
-    acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn,
-                                     rows, unmasked_end, stop, seq_k, diag, qk_scale,
-                                     HEAD_DIM, BLOCK_D, BLOCK_N, True, CAUSAL)
+    b32, h_kv32 = b.to(tl.int32), h_kv.to(tl.int32)   # a descriptor's coordinates
+    acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_src, v_src, b32, h_kv32, stride_kn,
+                                     stride_vn, rows, 0, unmasked_end, seq_k, diag, qk_scale,
+                                     HEAD_DIM, BLOCK_D, BLOCK_N, False, CAUSAL, TMA)
+    acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_src, v_src, b32, h_kv32, stride_kn,
+                                     stride_vn, rows, unmasked_end, stop, seq_k, diag, qk_scale,
+                                     HEAD_DIM, BLOCK_D, BLOCK_N, True, CAUSAL, TMA)
 
     # >>> assignment: normalise, and the log-sum-exp the backward needs
     # Normalise once at the end, and save lse = m + log(l) (natural log) for the backward.
@@ -188,34 +217,76 @@ def held(head_dim: int) -> int:
     return head_dim if _split(head_dim) else triton.next_power_of_2(head_dim)
 
 
-def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int):
+def tma_ok(q, k, v) -> bool:
+    """Whether the K and V tiles can come through tensor descriptors: a head held whole
+    (a power of two, 16 to 256 wide, not split), 2-byte elements, K and V on 16-byte
+    boundaries with every stride but the last a non-zero multiple of 16 bytes (the TMA
+    unit's rules), compiled on a GPU that has the unit (Hopper, compute capability 9, or
+    later) or in the interpreter, which emulates it."""
+    d = q.shape[-1]
+    if _split(d) or d & (d - 1) or not 16 <= d <= 256 or q.element_size() != 2:
+        return False
+    for t in (k, v):
+        if t.data_ptr() % 16 or any(s <= 0 or s * t.element_size() % 16 for s in t.stride()[:3]):
+            return False
+    return not runtime.is_gpu() or _has_tma(q.get_device())
+
+
+@functools.cache
+def _has_tma(device: int) -> bool:
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    # Global memory a program writes its descriptors to before it uses them.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _allocator_for_descriptors() -> None:
+    """Descriptors made on the GPU need global scratch memory, which Triton asks of the
+    allocator ``triton.set_allocator`` set in this thread (a context variable). Where none
+    is set, the course's: one set by the caller is left as it is."""
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_scratch)
+
+
+def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int, tma: bool):
     """The kernel's arguments after the five tensors and the scale: ``(ints, constexprs)``,
-    the constexprs in the order of :func:`kernel_for`'s signature."""
+    the constexprs in the order of :func:`kernel_for`'s signature. ``tma``: the setting asks
+    for tensor descriptors, which the kernel takes where :func:`tma_ok` says it can."""
     heads, seq_q, head_dim = q.shape[1], q.shape[2], q.shape[3]
     ints = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             heads, seq_q, k.shape[2], diagonal or 0)
-    widths = (forward_split.constexprs(head_dim) if _split(head_dim)
-              else dict(BLOCK_D=triton.next_power_of_2(head_dim)))
-    constexprs = dict(GROUP=heads // k.shape[1], HEAD_DIM=head_dim, **widths, BLOCK_M=block_m,
-                      BLOCK_N=block_n, CAUSAL=diagonal is not None)
+    constexprs = dict(GROUP=heads // k.shape[1], HEAD_DIM=head_dim)
+    if _split(head_dim):
+        constexprs.update(forward_split.constexprs(head_dim), BLOCK_M=block_m,
+                          BLOCK_N=block_n, CAUSAL=diagonal is not None)
+    else:
+        constexprs.update(BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m,
+                          BLOCK_N=block_n, CAUSAL=diagonal is not None,
+                          TMA=bool(tma) and tma_ok(q, k, v))
+        if constexprs["TMA"] and runtime.is_gpu():
+            _allocator_for_descriptors()
     return ints, constexprs
 
 
 def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_m: int,
-           block_n: int, num_warps: int, num_stages: int, compile_only: bool = False):
+           block_n: int, num_warps: int, num_stages: int, tma: bool = False,
+           compile_only: bool = False):
     """Fill ``o`` and ``lse`` for checked 4-D tensors (the last dimension contiguous).
     ``diagonal``: query ``i`` sees keys ``j <= i + diagonal``; None, every key.
+    ``tma``: K and V tiles through tensor descriptors where :func:`tma_ok`, else pointers.
     ``compile_only``: compile this setting and launch nothing (a tuner's head start).
     Returns what Triton's launch returns: the compiled kernel, on a GPU."""
-    ints, constexprs = _arguments(q, k, v, o, diagonal, block_m, block_n)
+    ints, constexprs = _arguments(q, k, v, o, diagonal, block_m, block_n, tma)
     return launcher(kernel_for(q.shape[3]), _grid(q, block_m), compile_only)(
         q, k, v, o, lse, sm_scale, *ints, **constexprs, num_warps=num_warps,
         num_stages=num_stages)
 
 
 def kept_call(compiled, q, k, v, o, lse, diagonal: int | None, sm_scale: float, *,
-              block_m: int, block_n: int, num_warps: int, num_stages: int):
+              block_m: int, block_n: int, num_warps: int, num_stages: int, tma: bool = False):
     """After :func:`launch` returned ``compiled`` for the caller's ``q``, ``k``, ``v`` (3-D or
     4-D) and filled ``o`` and ``lse``: ``call(q, k, v) -> (o, lse)`` for later tensors of the
     same signature (:mod:`~helpers.kernels.attention.kept`), the outputs allocated and the
@@ -224,8 +295,9 @@ def kept_call(compiled, q, k, v, o, lse, diagonal: int | None, sm_scale: float, 
     if not hasattr(compiled, "run"):                # the interpreter's: nothing compiled
         return None
     q4, k4, v4 = (x.unsqueeze(1) for x in (q, k, v)) if q.dim() == 3 else (q, k, v)
-    ints, constexprs = _arguments(q4, k4, v4, o, diagonal, block_m, block_n)
+    ints, constexprs = _arguments(q4, k4, v4, o, diagonal, block_m, block_n, tma)
     tail = (*ints, *constexprs.values())
+    descriptors = constexprs.get("TMA", False)
     try:
         go = lean(compiled, _grid(q4, block_m), q4.get_device())
         # Filled with NaN, which equals nothing: a launch that wrote nothing cannot pass.
@@ -241,6 +313,8 @@ def kept_call(compiled, q, k, v, o, lse, diagonal: int | None, sm_scale: float, 
     def call(q, k, v):
         o = torch.empty(o_shape, dtype=dtype, device=device)
         lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
+        if descriptors:         # this thread may not have the allocator the first call set
+            _allocator_for_descriptors()
         go(q, k, v, o, lse, sm_scale, *tail)
         return o, lse
 

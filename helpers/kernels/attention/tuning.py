@@ -47,12 +47,19 @@ MIN_WORK = 2 ** 32
 # sequences run hundreds of tiles a program, and their best setting stops moving).
 SHORTEST, LONGEST = 128, 16384
 
-# Candidate settings per pass: (block_m, block_n, num_warps, num_stages). The forward and
-# dQ keep a Q tile resident and walk key tiles (block_m a multiple of block_n); dK/dV keeps a
-# K/V tile resident and walks query tiles (block_n a multiple of block_m).
+# Candidate settings per pass: (block_m, block_n, num_warps, num_stages[, "tma"]). The
+# forward and dQ keep a Q tile resident and walk key tiles (block_m a multiple of block_n);
+# dK/dV keeps a K/V tile resident and walks query tiles (block_n a multiple of block_m).
+# "tma": the forward's K and V tiles through tensor descriptors (forward.tma_ok says
+# where). On an H200 (bf16, 4 x 16 heads x 8,192 tokens, tests/gpu/attention_ws_probe.py),
+# 128 x 64 tiles with 4 warps and 2 stages read that way ran d = 128 at 524 TFLOP/s
+# non-causal and 487 causal, against 492 and 446 for the tuned pointer kernel; at d = 64
+# the pointer kernel stayed ahead (425 against 408).
 SPACES = {
     "forward": ((128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4),
-                (128, 64, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3), (64, 32, 4, 2)),
+                (128, 64, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3), (64, 32, 4, 2),
+                (128, 64, 4, 2, "tma"), (128, 64, 4, 3, "tma"), (128, 64, 8, 3, "tma"),
+                (128, 128, 8, 3, "tma"), (64, 64, 4, 3, "tma"), (128, 64, 8, 2, "tma")),
     "dkdv": ((64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 2), (32, 64, 4, 1)),
     "dq": ((128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3),
            (64, 32, 4, 2)),
@@ -87,8 +94,9 @@ def worth_tuning(q, k) -> bool:
 
 
 def _tiles(setting) -> dict:
-    block_m, block_n, num_warps, num_stages = setting
-    return dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    block_m, block_n, num_warps, num_stages, *tma = setting
+    tiles = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    return {**tiles, "tma": True} if tma else tiles
 
 
 def shared_bytes(pass_name: str, tiles: dict, width: int, element_size: int) -> int:
@@ -103,11 +111,14 @@ def shared_bytes(pass_name: str, tiles: dict, width: int, element_size: int) -> 
 
 
 def candidates(pass_name: str, table: dict, width: int, element_size: int,
-               shared_limit: int) -> list[dict]:
-    """The table's setting first, then each setting of the pass's space that fits."""
+               shared_limit: int, tma: bool = False) -> list[dict]:
+    """The table's setting first, then each setting of the pass's space that fits (those
+    that read through tensor descriptors only where the call's tensors allow, ``tma``)."""
     out = [dict(table)]
     for setting in SPACES[pass_name]:
         tiles = _tiles(setting)
+        if tiles.get("tma") and not tma:
+            continue
         resident, walked = (tiles["block_m"], tiles["block_n"]) \
             if RESIDENT[pass_name] == "block_m" else (tiles["block_n"], tiles["block_m"])
         if resident % walked or tiles in out:
@@ -118,7 +129,8 @@ def candidates(pass_name: str, table: dict, width: int, element_size: int,
 
 
 def name_of(tiles: dict) -> str:
-    return "{block_m}x{block_n} w{num_warps} s{num_stages}".format(**tiles)
+    name = "{block_m}x{block_n} w{num_warps} s{num_stages}".format(**tiles)
+    return name + " tma" if tiles.get("tma") else name
 
 
 def source_key(kernel) -> str:
@@ -130,23 +142,26 @@ def source_key(kernel) -> str:
 
 
 def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel,
-           held: int | None = None) -> dict:
+           held: int | None = None, tma: bool = False) -> dict:
     """The setting for this call: the process's or the disk's choice for its key, else the
     fastest candidate timed now with ``run(tiles)`` (one launch; a candidate whose launch
     raises, out of shared memory say, is dropped; ``run(tiles, compile_only=True)``
     compiles without launching). ``kernel``: the JIT function, which keys the process's
     choices and, by its source (``cache_key``), the disk's. ``held``: the columns of a
     head the kernel holds, where not a power of two (a split head: keyed, and its
-    candidates' shared memory counted, at that width)."""
+    candidates' shared memory counted, at that width). ``tma``: the call's tensors can be
+    read through tensor descriptors, so the space's settings that do are candidates too
+    (a key is tuned with them or without them: the process's and the disk's choices
+    are kept apart)."""
     if not worth_tuning(q, k):
         return table
     # A call seen before: its shapes, mask, dtype, GPU and kernel, looked up as they come
     # (the key below costs microseconds of Python, which a short sequence's call cannot
     # spare).
-    call = (pass_name, q.shape, k.shape, bool(causal), q.dtype, q.device, kernel)
+    call = (pass_name, q.shape, k.shape, bool(causal), q.dtype, q.device, kernel, tma)
     if call in _KEPT:
         return _KEPT[call]
-    this = (*key(pass_name, q, k, causal, held), q.device, kernel)
+    this = (*key(pass_name, q, k, causal, held), tma, q.device, kernel)
     if this in _KEPT:
         _KEPT[call] = _KEPT[this]
         return _KEPT[this]
@@ -156,18 +171,18 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel,
     kept = DECISIONS.get(disk_key)
     if kept is None:
         limit = getattr(props, "shared_memory_per_block_optin", 0) or SHARED_FALLBACK
-        kept = _timed(pass_name, table, run, this[1], q.element_size(), limit)
+        kept = _timed(pass_name, table, run, this[1], q.element_size(), limit, tma)
         DECISIONS.put(disk_key, kept)
     _KEPT[this] = _KEPT[call] = kept["tiles"]
     return kept["tiles"]
 
 
 def _timed(pass_name: str, table: dict, run, width: int, element_size: int,
-           limit: int) -> dict:
+           limit: int, tma: bool = False) -> dict:
     """Every candidate that launches, timed in turn: ``{"tiles": the fastest, "ms": each
     one's median}``. The candidates compile side by side first, in worker threads
     (:func:`helpers.kernels.matmul.precompile.side_by_side`, as lesson 07's tuner does)."""
-    found = candidates(pass_name, table, width, element_size, limit)
+    found = candidates(pass_name, table, width, element_size, limit, tma)
     if runtime.is_gpu():
         side_by_side([lambda tiles=tiles: run(tiles, compile_only=True) for tiles in found])
     runs, settings = {}, {}
