@@ -13,6 +13,21 @@ Batch 4, 16 heads, 8,192 tokens, bf16, d = 64 and 128, causal and not; do_bench 
 of three interleaved rounds (cold L2).
 
     PYTHONPATH=$PWD python3 tests/gpu/attention_ws_probe.py      # $OUT/attention_ws.json
+
+Measured on an H200 (triton 3.6, torch 2.11), TFLOP/s, SDPA's default being cuDNN:
+
+* d = 128, non-causal: SDPA 607, course (tuned, pointers) 492; rank-4 descriptors without
+  warp specialisation, 128 x 64 tiles, 4 warps, 2 stages: 524; rank-2 descriptors with
+  warp specialisation, 128 x 128, 4 warps, 1-2 stages: 529-534 (best of all).
+* d = 128, causal: SDPA 552, course 446, rank-4 descriptors 128 x 64 w4 s2: 487.
+* d = 64: SDPA 472 / 439 (non-causal / causal), course 425 / 400, descriptors at best
+  408 / 377: the pointer kernel stays ahead.
+* Warp specialisation is not usable as a course setting: it compiles only over rank-2
+  descriptors (rank 4 fails in ``NVGPUWarpSpecialization``: "unsupported op type" in
+  ``WSDataPartition``), only without the causal mask (with it, Triton 3.6 aborts the whole
+  process on an MLIR assertion), and two of its settings gave NaN (128 x 64 with 3 or 4
+  stages, 4 warps). Its gain over rank-4 descriptors is 1-2%. So the course forward takes
+  rank-4 descriptors without it (``helpers/kernels/attention/forward.py``, ``TMA``).
 """
 import json
 import os
@@ -31,34 +46,23 @@ LN_2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def _keys(acc, l_i, m_i, q, desc_k, desc_v, kv_row, rows, lo, hi, qk_scale,
-          BLOCK_N: tl.constexpr, MASKED: tl.constexpr, WS: tl.constexpr):
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = desc_k.load([kv_row + start_n, 0])
-        s = tl.dot(q, k.T) * qk_scale
-        if MASKED:
-            cols = start_n + tl.arange(0, BLOCK_N)
-            s = tl.where(cols[None, :] <= rows[:, None], s, -1.0e6)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_ij = tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = desc_v.load([kv_row + start_n, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        l_i = l_i * alpha + l_ij
-        m_i = m_new
-    return acc, l_i, m_i
+def _tile(desc, b, h_kv, row, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+          RANK4: tl.constexpr):
+    # Rank 4: (batch, heads, keys, d) at (b, h_kv, row); rank 2: (all rows, d) at row.
+    if RANK4:
+        x = desc.load([b, h_kv, row, 0]).reshape(BLOCK_N, HEAD_DIM)
+    else:
+        x = desc.load([row, 0])
+    return x
 
 
 @triton.jit
-def _keys4(acc, l_i, m_i, q, desc_k, desc_v, b, h_kv, rows, lo, hi, qk_scale,
-           BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
-           WS: tl.constexpr):
+def _keys(acc, l_i, m_i, q, desc_k, desc_v, b, h_kv, kv_row, rows, lo, hi, qk_scale,
+          BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
+          WS: tl.constexpr, RANK4: tl.constexpr):
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        k = _tile(desc_k, b, h_kv, kv_row + start_n, BLOCK_N, HEAD_DIM, RANK4)
         s = tl.dot(q, k.T) * qk_scale
         if MASKED:
             cols = start_n + tl.arange(0, BLOCK_N)
@@ -68,7 +72,7 @@ def _keys4(acc, l_i, m_i, q, desc_k, desc_v, b, h_kv, rows, lo, hi, qk_scale,
         alpha = tl.math.exp2(m_i - m_new)
         l_ij = tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = _tile(desc_v, b, h_kv, kv_row + start_n, BLOCK_N, HEAD_DIM, RANK4)
         acc = tl.dot(p.to(v.dtype), v, acc)
         l_i = l_i * alpha + l_ij
         m_i = m_new
@@ -101,19 +105,7 @@ def fwd_tma(Q, K, V, O, LSE, sm_scale, batch, heads, seq, total_q, total_kv,
         desc_o = tl.make_tensor_descriptor(O, [batch, heads, seq, HEAD_DIM], [sob, soh, som, 1],
                                            [1, 1, BLOCK_M, HEAD_DIM])
         q = desc_q.load([b, h, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
-        if CAUSAL:
-            acc, l_i, m_i = _keys4(acc, l_i, m_i, q, desc_k, desc_v, b, h // GROUP, rows, 0,
-                                   pid_m * BLOCK_M, qk_scale, BLOCK_N, HEAD_DIM, False, WS)
-            acc, l_i, m_i = _keys4(acc, l_i, m_i, q, desc_k, desc_v, b, h // GROUP, rows,
-                                   pid_m * BLOCK_M, pid_m * BLOCK_M + BLOCK_M, qk_scale,
-                                   BLOCK_N, HEAD_DIM, True, WS)
-        else:
-            acc, l_i, m_i = _keys4(acc, l_i, m_i, q, desc_k, desc_v, b, h // GROUP, rows, 0,
-                                   seq, qk_scale, BLOCK_N, HEAD_DIM, False, WS)
-        o = acc / l_i[:, None]
-        tl.store(LSE + bh * seq + rows, (m_i + tl.math.log2(l_i)) * LN_2)
-        desc_o.store([b, h, pid_m * BLOCK_M, 0],
-                     o.to(O.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM))
+        kv_row = 0
     else:
         q_row = bh * seq + pid_m * BLOCK_M
         kv_row = (b * (heads // GROUP) + h // GROUP) * seq
@@ -126,18 +118,22 @@ def fwd_tma(Q, K, V, O, LSE, sm_scale, batch, heads, seq, total_q, total_kv,
         desc_o = tl.make_tensor_descriptor(O, [total_q, HEAD_DIM], [HEAD_DIM, 1],
                                            [BLOCK_M, HEAD_DIM])
         q = desc_q.load([q_row, 0])
-        if CAUSAL:
-            acc, l_i, m_i = _keys(acc, l_i, m_i, q, desc_k, desc_v, kv_row, rows, 0,
-                                  pid_m * BLOCK_M, qk_scale, BLOCK_N, False, WS)
-            acc, l_i, m_i = _keys(acc, l_i, m_i, q, desc_k, desc_v, kv_row, rows,
-                                  pid_m * BLOCK_M, pid_m * BLOCK_M + BLOCK_M, qk_scale,
-                                  BLOCK_N, True, WS)
-        else:
-            acc, l_i, m_i = _keys(acc, l_i, m_i, q, desc_k, desc_v, kv_row, rows, 0, seq,
-                                  qk_scale, BLOCK_N, False, WS)
-        o = acc / l_i[:, None]
-        tl.store(LSE + bh * seq + rows, (m_i + tl.math.log2(l_i)) * LN_2)
-        desc_o.store([q_row, 0], o.to(O.dtype.element_ty))
+    h_kv = h // GROUP
+    if CAUSAL:
+        acc, l_i, m_i = _keys(acc, l_i, m_i, q, desc_k, desc_v, b, h_kv, kv_row, rows, 0,
+                              pid_m * BLOCK_M, qk_scale, BLOCK_N, HEAD_DIM, False, WS, RANK4)
+        acc, l_i, m_i = _keys(acc, l_i, m_i, q, desc_k, desc_v, b, h_kv, kv_row, rows,
+                              pid_m * BLOCK_M, pid_m * BLOCK_M + BLOCK_M, qk_scale, BLOCK_N,
+                              HEAD_DIM, True, WS, RANK4)
+    else:
+        acc, l_i, m_i = _keys(acc, l_i, m_i, q, desc_k, desc_v, b, h_kv, kv_row, rows, 0,
+                              seq, qk_scale, BLOCK_N, HEAD_DIM, False, WS, RANK4)
+    o = (acc / l_i[:, None]).to(O.dtype.element_ty)
+    tl.store(LSE + bh * seq + rows, (m_i + tl.math.log2(l_i)) * LN_2)
+    if RANK4:
+        desc_o.store([b, h, pid_m * BLOCK_M, 0], o.reshape(1, 1, BLOCK_M, HEAD_DIM))
+    else:
+        desc_o.store([pid_m * BLOCK_M + bh * seq, 0], o)
 
 
 def run_tma(q, k, v, causal, bm, bn, w, s, ws, rank4=True):
