@@ -437,11 +437,13 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
         dkdv = tuning.choose("dkdv", q4, k4, diagonal is not None, table["dkdv"],
                              lambda tiles, **how: attention_backward.launch_dkdv(
                                  do4, q4, k4, v4, lse4, delta, dk, dv, diagonal, scale,
-                                 **tiles, **how), attention_bwd_dkdv_kernel)
+                                 **tiles, **how), attention_bwd_dkdv_kernel,
+                             tma=attention_forward.tma_ok(q4, q4, do4))
         dq_tiles = tuning.choose("dq", q4, k4, diagonal is not None, table["dq_tiles"],
                                  lambda tiles, **how: attention_backward.launch_dq(
                                      do4, q4, k4, v4, lse4, delta, dq, diagonal, scale,
-                                     **tiles, **how), attention_bwd_dq_kernel)
+                                     **tiles, **how), attention_bwd_dq_kernel,
+                                 tma=attention_forward.tma_ok(q4, k4, v4))
         compiled = (preprocess,
                     attention_backward.launch_dkdv(do4, q4, k4, v4, lse4, delta, dk, dv,
                                                    diagonal, scale, **dkdv),

@@ -37,7 +37,8 @@ import triton
 import triton.language as tl
 
 from ..launch import lean
-from .forward import launcher, load_rows
+from .forward import (allocator_for_descriptors, heads_descriptor, launcher, tile_rows,
+                      use_descriptors)
 
 LOG2_E = tl.constexpr(1.4426950408889634)
 
@@ -62,19 +63,20 @@ def attention_bwd_preprocess_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_o
 
 
 @triton.jit
-def _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row, stride_qm,
+def _dkdv_from_rows(dk, dv, k, v, q_src, do_src, b, h, lse_row, delta_row, stride_qm,
                     cols, start, stop, seq_q, diag, qk_scale,
                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                    MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """dK and dV of one resident K/V tile from the Q blocks of rows ``start .. stop``."""
-    dims = tl.arange(0, BLOCK_D)
-    in_head = dims[None, :] < HEAD_DIM
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr):
+    """dK and dV of one resident K/V tile from the Q blocks of rows ``start .. stop`` of
+    query head ``h`` (``q_src``, ``do_src``: the head's start, or descriptors, ``TMA``)."""
+    in_head = tl.arange(0, BLOCK_D)[None, :] < HEAD_DIM
     for start_m in range(start, stop, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         rows = start_m + tl.arange(0, BLOCK_M)
-        offsets = rows[:, None] * stride_qm + dims[None, :]
-        q = load_rows(q_head + offsets, rows, seq_q, in_head, MASKED, BLOCK_D == HEAD_DIM)
-        do = load_rows(do_head + offsets, rows, seq_q, in_head, MASKED, BLOCK_D == HEAD_DIM)
+        q = tile_rows(q_src, b, h, start_m, stride_qm, seq_q, in_head, HEAD_DIM, BLOCK_D,
+                      BLOCK_M, MASKED, TMA)
+        do = tile_rows(do_src, b, h, start_m, stride_qm, seq_q, in_head, HEAD_DIM, BLOCK_D,
+                       BLOCK_M, MASKED, TMA)
         if MASKED:
             lse = tl.load(lse_row + rows, mask=rows < seq_q, other=0.0)
             delta = tl.load(delta_row + rows, mask=rows < seq_q, other=0.0)
@@ -99,8 +101,10 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
                               heads, seq_q, seq_k, diag,
                               GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                               BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """One K/V tile per program; Q, dO (same strides as Q), and dK, dV (as K) in HBM."""
+                              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                              TMA: tl.constexpr = False):
+    """One K/V tile per program; Q, dO (same strides as Q), and dK, dV (as K) in HBM.
+    ``TMA``: the Q and dO tiles through tensor descriptors (as the forward's K and V)."""
     pid_n = tl.program_id(0)
     batch_kv_head = tl.program_id(1)
     kv_heads = heads // GROUP
@@ -130,39 +134,48 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
         band_start = 0
         band_end = 0
     tail_start = tl.maximum(band_end, full_blocks_end)
+    if TMA:
+        batch = tl.num_programs(1) // kv_heads
+        q_desc = heads_descriptor(Q, batch, heads, seq_q, stride_qb, stride_qh, stride_qm,
+                                  HEAD_DIM, BLOCK_M)
+        do_desc = heads_descriptor(DO, batch, heads, seq_q, stride_qb, stride_qh, stride_qm,
+                                   HEAD_DIM, BLOCK_M)
     for g in range(GROUP):                 # every query head that shares this K/V head
-        batch_head = b * heads + h_kv * GROUP + g
-        q_head = Q + b * stride_qb + (h_kv * GROUP + g) * stride_qh
-        do_head = DO + b * stride_qb + (h_kv * GROUP + g) * stride_qh
+        h = h_kv * GROUP + g
+        batch_head = b * heads + h
+        q_src, do_src = Q + b * stride_qb + h * stride_qh, DO + b * stride_qb + h * stride_qh
+        if TMA:
+            q_src, do_src = q_desc, do_desc
         lse_row = LSE + batch_head * seq_q
         delta_row = DELTA + batch_head * seq_q
-        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
+        b32, h32 = b.to(tl.int32), h.to(tl.int32)       # a descriptor's coordinates
+        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_src, do_src, b32, h32, lse_row, delta_row,
                                  stride_qm, cols, band_start, band_end, seq_q, diag, qk_scale,
-                                 HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL)
-        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
+                                 HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL, TMA)
+        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_src, do_src, b32, h32, lse_row, delta_row,
                                  stride_qm, cols, band_end, full_blocks_end, seq_q, diag,
-                                 qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, CAUSAL)
-        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_head, do_head, lse_row, delta_row,
+                                 qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, CAUSAL, TMA)
+        dk, dv = _dkdv_from_rows(dk, dv, k, v, q_src, do_src, b32, h32, lse_row, delta_row,
                                  stride_qm, cols, tail_start, seq_q, seq_q, diag, qk_scale,
-                                 HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL)
+                                 HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL, TMA)
     tl.store(DK + kv_offsets, (dk * sm_scale).to(DK.dtype.element_ty), mask=in_tile)
     tl.store(DV + kv_offsets, dv.to(DV.dtype.element_ty), mask=in_tile)
 
 
 @triton.jit
-def _dq_from_tiles(dq, q, do, lse, delta, k_head, v_head, stride_kn, rows,
+def _dq_from_tiles(dq, q, do, lse, delta, k_src, v_src, b, h_kv, stride_kn, rows,
                    start, stop, seq_k, diag, qk_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                   MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+                   MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr):
     """dQ of one resident Q tile from the K/V tiles of keys ``start .. stop``."""
-    dims = tl.arange(0, BLOCK_D)
-    in_head = dims[None, :] < HEAD_DIM
+    in_head = tl.arange(0, BLOCK_D)[None, :] < HEAD_DIM
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + tl.arange(0, BLOCK_N)
-        offsets = cols[:, None] * stride_kn + dims[None, :]
-        k = load_rows(k_head + offsets, cols, seq_k, in_head, MASKED, BLOCK_D == HEAD_DIM)
-        v = load_rows(v_head + offsets, cols, seq_k, in_head, MASKED, BLOCK_D == HEAD_DIM)
+        k = tile_rows(k_src, b, h_kv, start_n, stride_kn, seq_k, in_head, HEAD_DIM, BLOCK_D,
+                      BLOCK_N, MASKED, TMA)
+        v = tile_rows(v_src, b, h_kv, start_n, stride_kn, seq_k, in_head, HEAD_DIM, BLOCK_D,
+                      BLOCK_N, MASKED, TMA)
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
         if CAUSAL and MASKED:
             p = tl.where(cols[None, :] <= rows[:, None] + diag, p, 0.0)
@@ -179,8 +192,10 @@ def attention_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
                             heads, seq_q, seq_k, diag,
                             GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                            BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """One Q tile per program; dO and dQ have Q's strides, V has K's."""
+                            BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                            TMA: tl.constexpr = False):
+    """One Q tile per program; dO and dQ have Q's strides, V has K's. ``TMA``: the K and
+    V tiles through tensor descriptors (as the forward's)."""
     pid_m = tl.program_id(0)
     batch_head = tl.program_id(1)
     b = (batch_head // heads).to(tl.int64)
@@ -207,12 +222,20 @@ def attention_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
     else:
         unmasked_end = full_tiles_end
         stop = seq_k
-    dq = _dq_from_tiles(dq, q, do, lse, delta, K + kv_offset, V + kv_offset, stride_kn, rows,
+    k_src, v_src = K + kv_offset, V + kv_offset
+    if TMA:
+        batch = tl.num_programs(1) // heads
+        k_src = heads_descriptor(K, batch, heads // GROUP, seq_k, stride_kb, stride_kh,
+                                 stride_kn, HEAD_DIM, BLOCK_N)
+        v_src = heads_descriptor(V, batch, heads // GROUP, seq_k, stride_kb, stride_kh,
+                                 stride_kn, HEAD_DIM, BLOCK_N)
+    b32, h_kv32 = b.to(tl.int32), (h // GROUP).to(tl.int32)     # a descriptor's coordinates
+    dq = _dq_from_tiles(dq, q, do, lse, delta, k_src, v_src, b32, h_kv32, stride_kn, rows,
                         0, unmasked_end, seq_k, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
-                        False, CAUSAL)
-    dq = _dq_from_tiles(dq, q, do, lse, delta, K + kv_offset, V + kv_offset, stride_kn, rows,
+                        False, CAUSAL, TMA)
+    dq = _dq_from_tiles(dq, q, do, lse, delta, k_src, v_src, b32, h_kv32, stride_kn, rows,
                         unmasked_end, stop, seq_k, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
-                        True, CAUSAL)
+                        True, CAUSAL, TMA)
     tl.store(DQ + offsets, (dq * sm_scale).to(DQ.dtype.element_ty), mask=in_tile)
 
 
@@ -247,32 +270,33 @@ def launch_preprocess(do, o, delta):
 
 def launch_dkdv(do, q, k, v, lse, delta, dk, dv, diagonal: int | None, sm_scale: float, *,
                 block_m: int, block_n: int, num_warps: int, num_stages: int,
-                compile_only: bool = False):
-    """dK and dV, one K/V tile a program (``delta`` already filled); ``compile_only``: as
-    :func:`helpers.kernels.attention.forward.launch`."""
+                tma: bool = False, compile_only: bool = False):
+    """dK and dV, one K/V tile a program (``delta`` already filled); ``tma`` and
+    ``compile_only``: as :func:`helpers.kernels.attention.forward.launch` (here the Q and
+    dO tiles)."""
     batch, heads, seq_q, _ = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     return launcher(attention_bwd_dkdv_kernel, (triton.cdiv(seq_k, block_n), batch * kv_heads),
              compile_only)(
         q, k, v, do, lse, delta, dk, dv, sm_scale, q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2), heads, seq_q, seq_k, diagonal or 0,
-        **_shared(q, k, diagonal), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
-        num_stages=num_stages)
+        **_shared(q, k, diagonal), BLOCK_M=block_m, BLOCK_N=block_n,
+        TMA=use_descriptors(tma, q, q, do), num_warps=num_warps, num_stages=num_stages)
 
 
 def launch_dq(do, q, k, v, lse, delta, dq, diagonal: int | None, sm_scale: float, *,
               block_m: int, block_n: int, num_warps: int, num_stages: int,
-              compile_only: bool = False):
-    """dQ, one Q tile a program (``delta`` already filled); ``compile_only``: as
-    :func:`helpers.kernels.attention.forward.launch`."""
+              tma: bool = False, compile_only: bool = False):
+    """dQ, one Q tile a program (``delta`` already filled); ``tma`` (the K and V tiles)
+    and ``compile_only``: as :func:`helpers.kernels.attention.forward.launch`."""
     batch, heads, seq_q, _ = q.shape
     seq_k = k.shape[2]
     return launcher(attention_bwd_dq_kernel, (triton.cdiv(seq_q, block_m), batch * heads),
              compile_only)(
         q, k, v, do, lse, delta, dq, sm_scale, q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2), heads, seq_q, seq_k, diagonal or 0,
-        **_shared(q, k, diagonal), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
-        num_stages=num_stages)
+        **_shared(q, k, diagonal), BLOCK_M=block_m, BLOCK_N=block_n,
+        TMA=use_descriptors(tma, q, k, v), num_warps=num_warps, num_stages=num_stages)
 
 
 # The tensors each kernel takes first, in its order; every argument after them is fixed
@@ -304,8 +328,11 @@ def kept_call(compiled: tuple, do, q, k, v, o, lse, grads: tuple, diagonal: int 
                                 stride_om=o4.stride(2), heads=heads, seq_q=seq_q,
                                 HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
                                 BLOCK_M=64),
-             "dkdv": {**common, "BLOCK_M": dkdv["block_m"], "BLOCK_N": dkdv["block_n"]},
-             "dq": {**common, "BLOCK_M": dq_tiles["block_m"], "BLOCK_N": dq_tiles["block_n"]}}
+             "dkdv": {**common, "BLOCK_M": dkdv["block_m"], "BLOCK_N": dkdv["block_n"],
+                      "TMA": use_descriptors(dkdv.get("tma"), q4, q4, do4)},
+             "dq": {**common, "BLOCK_M": dq_tiles["block_m"], "BLOCK_N": dq_tiles["block_n"],
+                    "TMA": use_descriptors(dq_tiles.get("tma"), q4, k4, v4)}}
+    descriptors = named["dkdv"]["TMA"] or named["dq"]["TMA"]
     grids = {"preprocess": (triton.cdiv(seq_q, 64), batch * heads, 1),
              "dkdv": (triton.cdiv(seq_k, dkdv["block_n"]), batch * kv_heads, 1),
              "dq": (triton.cdiv(seq_q, dq_tiles["block_m"]), batch * heads, 1)}
@@ -328,6 +355,8 @@ def kept_call(compiled: tuple, do, q, k, v, o, lse, grads: tuple, diagonal: int 
     dtype, device, f32 = q.dtype, q.device, torch.float32
 
     def into(do, q, k, v, o, lse, dq, dk, dv, delta):
+        if descriptors:         # this thread may not have the allocator the first call set
+            allocator_for_descriptors()
         pre(o, do, delta, *pre_tail)
         go_dkdv(q, k, v, do, lse, delta, dk, dv, *dkdv_tail)
         go_dq(q, k, v, do, lse, delta, dq, *dq_tail)

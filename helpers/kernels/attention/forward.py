@@ -66,17 +66,29 @@ def load_rows(ptrs, rows, n_rows, in_head, MASK_ROWS: tl.constexpr, WHOLE_HEAD: 
 
 
 @triton.jit
-def _key_rows(src, b, h_kv, start_n, stride_n, seq_k, in_head,
-              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+def heads_descriptor(X, batch, heads, seq, stride_b, stride_h, stride_row,
+                     HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr):
+    """A tensor descriptor of a (batch, heads, seq, HEAD_DIM) tensor whose rows are
+    contiguous, read ``BLOCK_ROWS`` rows of one head at a time: made on the GPU, per
+    program (its 128 bytes go to global scratch memory first)."""
+    return tl.make_tensor_descriptor(X, [batch, heads, seq, HEAD_DIM],
+                                     [stride_b, stride_h, stride_row, 1],
+                                     [1, 1, BLOCK_ROWS, HEAD_DIM])
+
+
+@triton.jit
+def tile_rows(src, b, h, start, stride_row, n_rows, in_head,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_ROWS: tl.constexpr,
               MASKED: tl.constexpr, TMA: tl.constexpr):
-    """The K or V tile of keys ``start_n ..``: from a tensor descriptor (``TMA``), whose
-    rows past the sequence arrive as zeros, or through pointers from the head's start."""
+    """The tile of rows ``start ..`` of head ``h`` of batch ``b`` (K, V, Q or dO): from a
+    tensor descriptor of the whole tensor (``TMA``), whose rows past the sequence arrive as
+    zeros, or through pointers from the head's start ``src``."""
     if TMA:
-        x = src.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        x = src.load([b, h, start, 0]).reshape(BLOCK_ROWS, HEAD_DIM)
     else:
-        cols = start_n + tl.arange(0, BLOCK_N)
+        rows = start + tl.arange(0, BLOCK_ROWS)
         dims = tl.arange(0, BLOCK_D)
-        x = load_rows(src + cols[:, None] * stride_n + dims[None, :], cols, seq_k, in_head,
+        x = load_rows(src + rows[:, None] * stride_row + dims[None, :], rows, n_rows, in_head,
                       MASKED, BLOCK_D == HEAD_DIM)
     return x
 
@@ -91,7 +103,7 @@ def _visit_key_tiles(acc, l_i, m_i, q, k_src, v_src, b, h_kv, stride_kn, stride_
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + tl.arange(0, BLOCK_N)
-        k = _key_rows(k_src, b, h_kv, start_n, stride_kn, seq_k, in_head,
+        k = tile_rows(k_src, b, h_kv, start_n, stride_kn, seq_k, in_head,
                       HEAD_DIM, BLOCK_D, BLOCK_N, MASKED, TMA)
         # >>> assignment: scores, masks, the online-softmax update, P @ V
         # BLOCK_M x BLOCK_N scores on the tensor cores, accumulated in fp32, in log2 units.
@@ -108,7 +120,7 @@ def _visit_key_tiles(acc, l_i, m_i, q, k_src, v_src, b, h_kv, stride_kn, stride_
         p = tl.math.exp2(s - m_new[:, None])
         rescale = tl.math.exp2(m_i - m_new)
         l_i = l_i * rescale + tl.sum(p, 1)
-        v = _key_rows(v_src, b, h_kv, start_n, stride_vn, seq_k, in_head,
+        v = tile_rows(v_src, b, h_kv, start_n, stride_vn, seq_k, in_head,
                       HEAD_DIM, BLOCK_D, BLOCK_N, MASKED, TMA)
         # P goes to the tensor cores in the inputs' dtype; the sum stays fp32.
         acc = acc * rescale[:, None]
@@ -153,11 +165,11 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
         # for a whole tile, which lands in shared memory while the warps compute, instead
         # of every thread computing addresses and issuing loads. A descriptor (base,
         # shape, strides, tile) is made here, on the GPU, per program.
-        kv_shape = [tl.num_programs(1) // heads, heads // GROUP, seq_k, HEAD_DIM]
-        k_src = tl.make_tensor_descriptor(K, kv_shape, [stride_kb, stride_kh, stride_kn, 1],
-                                          [1, 1, BLOCK_N, HEAD_DIM])
-        v_src = tl.make_tensor_descriptor(V, kv_shape, [stride_vb, stride_vh, stride_vn, 1],
-                                          [1, 1, BLOCK_N, HEAD_DIM])
+        batch = tl.num_programs(1) // heads
+        k_src = heads_descriptor(K, batch, heads // GROUP, seq_k, stride_kb, stride_kh,
+                                 stride_kn, HEAD_DIM, BLOCK_N)
+        v_src = heads_descriptor(V, batch, heads // GROUP, seq_k, stride_vb, stride_vh,
+                                 stride_vn, HEAD_DIM, BLOCK_N)
     # >>> assignment: which key tiles run unmasked, which masked, which are skipped
     full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N              # keys in whole K tiles
     if CAUSAL:
@@ -217,19 +229,29 @@ def held(head_dim: int) -> int:
     return head_dim if _split(head_dim) else triton.next_power_of_2(head_dim)
 
 
-def tma_ok(q, k, v) -> bool:
-    """Whether the K and V tiles can come through tensor descriptors: a head held whole
-    (a power of two, 16 to 256 wide, not split), 2-byte elements, K and V on 16-byte
-    boundaries with every stride but the last a non-zero multiple of 16 bytes (the TMA
-    unit's rules), compiled on a GPU that has the unit (Hopper, compute capability 9, or
-    later) or in the interpreter, which emulates it."""
+def tma_ok(q, *streamed) -> bool:
+    """Whether the tiles of ``streamed`` (the forward's K and V, the backward's Q and dO or K
+    and V) can come through tensor descriptors: a head held whole (``q``'s: a power of two,
+    16 to 256 wide, not split), 2-byte elements, each tensor on a 16-byte boundary with
+    every stride but the last a non-zero multiple of 16 bytes (the TMA unit's rules),
+    compiled on a GPU that has the unit (Hopper, compute capability 9, or later) or in the
+    interpreter, which emulates it."""
     d = q.shape[-1]
     if _split(d) or d & (d - 1) or not 16 <= d <= 256 or q.element_size() != 2:
         return False
-    for t in (k, v):
+    for t in streamed:
         if t.data_ptr() % 16 or any(s <= 0 or s * t.element_size() % 16 for s in t.stride()[:3]):
             return False
     return not runtime.is_gpu() or _has_tma(q.get_device())
+
+
+def use_descriptors(asked, q, *streamed) -> bool:
+    """A launch's ``TMA``: asked for (a setting's ``tma``) and :func:`tma_ok`. On a GPU, an
+    allocator is then set for the descriptors' scratch memory where none is."""
+    use = bool(asked) and tma_ok(q, *streamed)
+    if use and runtime.is_gpu():
+        allocator_for_descriptors()
+    return use
 
 
 @functools.cache
@@ -242,7 +264,7 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def _allocator_for_descriptors() -> None:
+def allocator_for_descriptors() -> None:
     """Descriptors made on the GPU need global scratch memory, which Triton asks of the
     allocator ``triton.set_allocator`` set in this thread (a context variable). Where none
     is set, the course's: one set by the caller is left as it is."""
@@ -265,9 +287,7 @@ def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int, tma
     else:
         constexprs.update(BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m,
                           BLOCK_N=block_n, CAUSAL=diagonal is not None,
-                          TMA=bool(tma) and tma_ok(q, k, v))
-        if constexprs["TMA"] and runtime.is_gpu():
-            _allocator_for_descriptors()
+                          TMA=use_descriptors(tma, q, k, v))
     return ints, constexprs
 
 
@@ -314,7 +334,7 @@ def kept_call(compiled, q, k, v, o, lse, diagonal: int | None, sm_scale: float, 
         o = torch.empty(o_shape, dtype=dtype, device=device)
         lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
         if descriptors:         # this thread may not have the allocator the first call set
-            _allocator_for_descriptors()
+            allocator_for_descriptors()
         go(q, k, v, o, lse, sm_scale, *tail)
         return o, lse
 

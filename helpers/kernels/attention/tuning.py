@@ -50,19 +50,23 @@ SHORTEST, LONGEST = 128, 16384
 # Candidate settings per pass: (block_m, block_n, num_warps, num_stages[, "tma"]). The
 # forward and dQ keep a Q tile resident and walk key tiles (block_m a multiple of block_n);
 # dK/dV keeps a K/V tile resident and walks query tiles (block_n a multiple of block_m).
-# "tma": the forward's K and V tiles through tensor descriptors (forward.tma_ok says
-# where). On an H200 (bf16, 4 x 16 heads x 8,192 tokens, tests/gpu/attention_ws_probe.py),
-# 128 x 64 tiles with 4 warps and 2 stages read that way ran d = 128 at 524 TFLOP/s
-# non-causal and 487 causal, against 492 and 446 for the tuned pointer kernel; at d = 64
-# the pointer kernel stayed ahead (425 against 408).
+# "tma": the tiles a pass walks through tensor descriptors (forward.tma_ok says where):
+# the forward's and dQ's K and V, dK/dV's Q and dO. On an H200 (bf16, 4 x 16 heads x 8,192
+# tokens, tests/gpu/attention_ws_probe.py), the forward's 128 x 64 tiles with 4 warps and
+# 2 stages read that way ran d = 128 at 524 TFLOP/s non-causal and 487 causal, against 492
+# and 446 for the tuned pointer kernel; at d = 64 the pointer kernel stayed ahead (425
+# against 408).
 SPACES = {
     "forward": ((128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4),
                 (128, 64, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3), (64, 32, 4, 2),
                 (128, 64, 4, 2, "tma"), (128, 64, 4, 3, "tma"), (128, 64, 8, 3, "tma"),
                 (128, 128, 8, 3, "tma"), (64, 64, 4, 3, "tma"), (128, 64, 8, 2, "tma")),
-    "dkdv": ((64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 2), (32, 64, 4, 1)),
+    "dkdv": ((64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 2), (32, 64, 4, 1),
+             (64, 64, 4, 2, "tma"), (32, 64, 4, 2, "tma"), (64, 128, 8, 2, "tma"),
+             (64, 64, 4, 3, "tma")),
     "dq": ((128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3),
-           (64, 32, 4, 2)),
+           (64, 32, 4, 2), (128, 64, 8, 3, "tma"), (128, 64, 8, 2, "tma"),
+           (64, 64, 4, 2, "tma"), (128, 64, 4, 2, "tma")),
 }
 RESIDENT = {"forward": "block_m", "dkdv": "block_n", "dq": "block_m"}
 SHARED_FALLBACK = 232448    # bytes of shared memory a block may opt into on an H100
