@@ -37,8 +37,8 @@ import triton
 import triton.language as tl
 
 from ..launch import lean
-from .forward import (allocator_for_descriptors, heads_descriptor, launcher, tile_rows,
-                      use_descriptors)
+from .forward import (allocator_for_descriptors, heads_descriptor, key_value_sources,
+                      launcher, tile_rows, use_descriptors)
 
 LOG2_E = tl.constexpr(1.4426950408889634)
 
@@ -222,13 +222,9 @@ def attention_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
     else:
         unmasked_end = full_tiles_end
         stop = seq_k
-    k_src, v_src = K + kv_offset, V + kv_offset
-    if TMA:
-        batch = tl.num_programs(1) // heads
-        k_src = heads_descriptor(K, batch, heads // GROUP, seq_k, stride_kb, stride_kh,
-                                 stride_kn, HEAD_DIM, BLOCK_N)
-        v_src = heads_descriptor(V, batch, heads // GROUP, seq_k, stride_kb, stride_kh,
-                                 stride_kn, HEAD_DIM, BLOCK_N)
+    k_src, v_src = key_value_sources(K, V, K + kv_offset, V + kv_offset, heads, seq_k,
+                                     stride_kb, stride_kh, stride_kn, stride_kb, stride_kh,
+                                     stride_kn, GROUP, HEAD_DIM, BLOCK_N, TMA)
     b32, h_kv32 = b.to(tl.int32), (h // GROUP).to(tl.int32)     # a descriptor's coordinates
     dq = _dq_from_tiles(dq, q, do, lse, delta, k_src, v_src, b32, h_kv32, stride_kn, rows,
                         0, unmasked_end, seq_k, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,

@@ -77,6 +77,24 @@ def heads_descriptor(X, batch, heads, seq, stride_b, stride_h, stride_row,
 
 
 @triton.jit
+def key_value_sources(K, V, k_head, v_head, heads, seq_k, stride_kb, stride_kh, stride_kn,
+                      stride_vb, stride_vh, stride_vn, GROUP: tl.constexpr,
+                      HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
+    """What a program that walks K and V tiles reads them from: its head's start, or with
+    ``TMA`` descriptors of K and V whole, for Hopper's tensor memory accelerator. One
+    instruction then asks the unit for a whole tile, which lands in shared memory while
+    the warps compute, instead of every thread computing addresses and issuing loads."""
+    k_src, v_src = k_head, v_head
+    if TMA:
+        batch = tl.num_programs(1) // heads
+        k_src = heads_descriptor(K, batch, heads // GROUP, seq_k, stride_kb, stride_kh,
+                                 stride_kn, HEAD_DIM, BLOCK_N)
+        v_src = heads_descriptor(V, batch, heads // GROUP, seq_k, stride_vb, stride_vh,
+                                 stride_vn, HEAD_DIM, BLOCK_N)
+    return k_src, v_src
+
+
+@triton.jit
 def tile_rows(src, b, h, start, stride_row, n_rows, in_head,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_ROWS: tl.constexpr,
               MASKED: tl.constexpr, TMA: tl.constexpr):
@@ -159,17 +177,9 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     qk_scale = sm_scale * LOG2_E
 
-    k_src, v_src = k_head, v_head
-    if TMA:
-        # K and V tiles through Hopper's tensor memory accelerator: one instruction asks
-        # for a whole tile, which lands in shared memory while the warps compute, instead
-        # of every thread computing addresses and issuing loads. A descriptor (base,
-        # shape, strides, tile) is made here, on the GPU, per program.
-        batch = tl.num_programs(1) // heads
-        k_src = heads_descriptor(K, batch, heads // GROUP, seq_k, stride_kb, stride_kh,
-                                 stride_kn, HEAD_DIM, BLOCK_N)
-        v_src = heads_descriptor(V, batch, heads // GROUP, seq_k, stride_vb, stride_vh,
-                                 stride_vn, HEAD_DIM, BLOCK_N)
+    k_src, v_src = key_value_sources(K, V, k_head, v_head, heads, seq_k, stride_kb, stride_kh,
+                                     stride_kn, stride_vb, stride_vh, stride_vn, GROUP,
+                                     HEAD_DIM, BLOCK_N, TMA)
     # >>> assignment: which key tiles run unmasked, which masked, which are skipped
     full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N              # keys in whole K tiles
     if CAUSAL:
