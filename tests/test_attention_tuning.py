@@ -91,6 +91,7 @@ def stand_in_gpu(monkeypatch, tmp_path):
     ``times`` (unknown settings: 1 ms) and counts what it timed."""
     monkeypatch.setattr(tuning, "worth_tuning", lambda q, k: True)
     monkeypatch.setattr(tuning, "_KEPT", {})
+    monkeypatch.setattr(tuning, "_CHOSEN", {})
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(tuning, "DECISIONS", plan.Decisions(salt="test", file="attn.json"))
     props = types.SimpleNamespace(name="stand-in H100", major=9, minor=0,
@@ -118,8 +119,12 @@ def test_the_fastest_candidate_is_kept_for_the_process_and_read_from_disk_after(
     def run(tiles):
         launched.append(tiles)
 
+    assert tuning.chosen("forward", q, k, True) is None
     got = tuning.choose("forward", q, k, True, table, run, A.attention_fwd_kernel)
     assert tuning.name_of(got) == "64x32 w4 s3"
+    assert tuning.chosen("forward", q, k, True) == "64x32 w4 s3", "what a record prints"
+    assert tuning.chosen("forward", q, k, False) is None and tuning.chosen("dq", q, k, True) \
+        is None
     assert tuning.name_of(table) in stand_in_gpu.timed, "the table is always a candidate"
     assert len(launched) == 2 * len(stand_in_gpu.timed), "each compiled once, then timed"
     timed = len(stand_in_gpu.timed)
@@ -133,6 +138,7 @@ def test_the_fastest_candidate_is_kept_for_the_process_and_read_from_disk_after(
     q2, k2, _ = qkv(seq_q=50, seq_k=60)
     assert tuning.choose("forward", q2, k2, True, table, run, A.attention_fwd_kernel) == got
     assert len(stand_in_gpu.timed) == timed
+    assert tuning.chosen("forward", q2, k2, True) == "64x32 w4 s3"
     tuning.choose("forward", q, k, False, table, run, A.attention_fwd_kernel)
     assert len(stand_in_gpu.timed) == 2 * timed
 

@@ -295,6 +295,8 @@ def _time_case(case: dict, seq: int, cfg: dict, skip: dict) -> list[dict]:
                                 o, (q, k, v), do, retain_graph=True))
                             del o
                     row["tflops"] = bench.tflops(entry["flops"], row["ms"])
+                    if name == OURS:        # the tuner's settings, where it chose any
+                        row["settings"] = _settings(pass_, q, k, c)
                 except Exception as err:  # noqa: BLE001 - one failure must not lose the rest
                     row[_refusal(err)] = _failure(err, caught)
             entry["rows"].append(row)
@@ -302,6 +304,15 @@ def _time_case(case: dict, seq: int, cfg: dict, skip: dict) -> list[dict]:
         del q, k, v, do
         torch.cuda.empty_cache()
     return out
+
+
+def _settings(pass_: str, q, k, causal) -> dict:
+    """``{kernel's pass: setting name}`` the tuner chose for these tensors (``None``: the
+    table's), for the forward or the backward's two kernels."""
+    from ..kernels.attention import tuning
+
+    passes = ("forward",) if pass_ == "forward" else ("dkdv", "dq")
+    return {name: tuning.chosen(name, q, k, bool(causal)) for name in passes}
 
 
 def _tflops(cfg: dict) -> tuple[list[dict], list[dict]]:

@@ -73,6 +73,7 @@ SHARED_FALLBACK = 232448    # bytes of shared memory a block may opt into on an 
 
 DECISIONS = Decisions(salt="course-attention-settings-1", file="attention_settings.json")
 _KEPT: dict = {}          # key (and each call's shapes) -> settings: this process's choices
+_CHOSEN: dict = {}        # (pass, shapes, mask, dtype) -> the setting's name, for records
 
 
 def length_bucket(n: int) -> int:
@@ -168,6 +169,7 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel,
     this = (*key(pass_name, q, k, causal, held), tma, q.device, kernel)
     if this in _KEPT:
         _KEPT[call] = _KEPT[this]
+        _CHOSEN[_shapes(pass_name, q, k, causal)] = name_of(_KEPT[this])
         return _KEPT[this]
     props = torch.cuda.get_device_properties(q.device)
     disk_key = DECISIONS.key_of(this[:-2], props.name, (props.major, props.minor),
@@ -178,7 +180,19 @@ def choose(pass_name: str, q, k, causal: bool, table: dict, run, kernel,
         kept = _timed(pass_name, table, run, this[1], q.element_size(), limit, tma)
         DECISIONS.put(disk_key, kept)
     _KEPT[this] = _KEPT[call] = kept["tiles"]
+    _CHOSEN[_shapes(pass_name, q, k, causal)] = name_of(kept["tiles"])
     return kept["tiles"]
+
+
+def _shapes(pass_name: str, q, k, causal: bool) -> tuple:
+    return pass_name, tuple(q.shape), tuple(k.shape), bool(causal), q.dtype
+
+
+def chosen(pass_name: str, q, k, causal: bool) -> str | None:
+    """The name of the setting this process chose for ``pass_name`` on tensors of ``q``'s
+    and ``k``'s shapes, this mask and dtype (a record prints it beside its timing); None
+    where none was chosen (the table's setting ran: too small to tune, or CPU mode)."""
+    return _CHOSEN.get(_shapes(pass_name, q, k, causal))
 
 
 def _timed(pass_name: str, table: dict, run, width: int, element_size: int,
