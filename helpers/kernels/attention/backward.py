@@ -28,6 +28,9 @@ Rows past the end of a sequence are loaded as zeros, and zero rows of Q, dO, K o
 add nothing to any gradient, so only the causal band needs a mask in the arithmetic. So do
 the columns past ``HEAD_DIM`` of a head held ``BLOCK_D`` wide (the next power of two), and a
 row that saw no key has ``lse = +inf``: its recomputed P is exactly 0.
+
+With ``TMA`` (Hopper), the tiles a kernel walks come through tensor descriptors, as the
+forward's do (:func:`.forward.tile_rows`): dK/dV's Q and dO tiles, dQ's K and V tiles.
 """
 
 from __future__ import annotations

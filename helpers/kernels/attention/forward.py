@@ -28,6 +28,11 @@ left, ``seq_k - seq_q`` at the bottom right) splits each program's keys in three
 The last, partial tile of a sequence that is not a multiple of ``BLOCK_N`` is masked
 too; every full tile before it runs the unmasked loop.
 
+On Hopper the K and V tiles can come through the tensor memory accelerator instead of
+pointers (``TMA``: rank-4 descriptors made on the GPU, rows past the sequence arriving as
+zeros), where :func:`tma_ok` says the unit can read the tensors; the tuner times settings
+of both kinds (``tests/gpu/attention_ws_probe.py`` has the measurements that led here).
+
 A head dimension that is not a power of two (112, 224) is held ``BLOCK_D`` wide, the
 next power of two (``tl.arange`` needs one): the columns past ``HEAD_DIM`` load as zeros,
 add nothing to ``Q K^T`` and are never stored. A head that two powers of two make up
