@@ -40,6 +40,7 @@ import triton
 import triton.language as tl
 
 from ..launch import lean
+from .causal import key_tile_range
 from .forward import (allocator_for_descriptors, heads_descriptor, key_value_sources,
                       launcher, tile_rows, use_descriptors)
 
@@ -217,14 +218,7 @@ def attention_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     qk_scale = sm_scale * LOG2_E
 
-    full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N
-    if CAUSAL:                             # as in the forward kernel
-        band = tl.maximum(pid_m * BLOCK_M + diag, 0) // BLOCK_N * BLOCK_N
-        unmasked_end = tl.minimum(band, full_tiles_end)
-        stop = tl.minimum(tl.maximum(pid_m * BLOCK_M + BLOCK_M + diag, 0), seq_k)
-    else:
-        unmasked_end = full_tiles_end
-        stop = seq_k
+    unmasked_end, stop = key_tile_range(pid_m * BLOCK_M, seq_k, diag, BLOCK_M, BLOCK_N, CAUSAL)
     k_src, v_src = key_value_sources(K, V, K + kv_offset, V + kv_offset, heads, seq_k,
                                      stride_kb, stride_kh, stride_kn, stride_kb, stride_kh,
                                      stride_kn, GROUP, HEAD_DIM, BLOCK_N, TMA)

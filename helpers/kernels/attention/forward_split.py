@@ -14,11 +14,11 @@ column pieces of widths ``BLOCK_D`` and ``BLOCK_E`` that add up to the head exac
   together by the online softmax and stored side by side.
 
 Nothing is masked by column and no product multiplies padding. Everything else (the
-online softmax, the causal split into unmasked, diagonal and skipped tiles, the saved
-log-sum-exp) is :mod:`.forward`'s, line for line; :mod:`.forward` imports this module, so
-the two constants are written out again here. The kernel takes the same arguments, with
-``BLOCK_E`` after ``BLOCK_D``; :func:`.forward.launch` picks it for a head that
-:func:`pieces` splits.
+online softmax, the saved log-sum-exp) is :mod:`.forward`'s, line for line, and the causal
+split into unmasked, diagonal and skipped tiles is :func:`.causal.key_tile_range`;
+:mod:`.forward` imports this module, so the two constants are written out again here.
+The kernel takes the same arguments, with ``BLOCK_E`` after ``BLOCK_D``;
+:func:`.forward.launch` picks it for a head that :func:`pieces` splits.
 
 Measured on an H200 (``tests/gpu/attention_split_probe.py``: bf16, batch 4, 16 heads, 4,096
 tokens, the table's tiles for both kernels), the split forward ran 1.11x / 1.15x as fast as
@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from .causal import key_tile_range
 
 LOG2_E = tl.constexpr(1.4426950408889634)   # as in .forward: scores in base 2
 LN_2 = tl.constexpr(0.6931471805599453)     # and the saved lse back in natural log
@@ -135,14 +137,7 @@ def attention_fwd_split_kernel(Q, K, V, O, LSE, sm_scale,
     acc2 = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     qk_scale = sm_scale * LOG2_E
 
-    full_tiles_end = (seq_k // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        band = tl.maximum(pid_m * BLOCK_M + diag, 0) // BLOCK_N * BLOCK_N
-        unmasked_end = tl.minimum(band, full_tiles_end)
-        stop = tl.minimum(tl.maximum(pid_m * BLOCK_M + BLOCK_M + diag, 0), seq_k)
-    else:
-        unmasked_end = full_tiles_end
-        stop = seq_k
+    unmasked_end, stop = key_tile_range(pid_m * BLOCK_M, seq_k, diag, BLOCK_M, BLOCK_N, CAUSAL)
     acc1, acc2, l_i, m_i = _visit_key_tiles_split(
         acc1, acc2, l_i, m_i, q1, q2, k_head, v_head, stride_kn, stride_vn, rows, 0,
         unmasked_end, seq_k, diag, qk_scale, BLOCK_D, BLOCK_E, BLOCK_N, False, CAUSAL)
