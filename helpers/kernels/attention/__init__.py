@@ -294,7 +294,7 @@ def tiled_attention_backward(do, q, k, v, o, lse, causal: bool = False, sm_scale
 def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **config):
     """``(o, lse)`` from the Triton forward kernel. ``config`` overrides
     :func:`forward_config` (``block_m``, ``block_n``, ``num_warps``, ``num_stages``, and
-    ``tma``: K and V through tensor descriptors where the tensors allow).
+    ``tma``: Q, K and V (and O) through tensor descriptors where the tensors allow).
 
     Without ``config``, a short query (:func:`uses_decoding`: up to 16 queries a head)
     goes to the split-KV kernels of :func:`flash_decode_forward` instead. Without
@@ -328,7 +328,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     settings = {**table, **config} if config else tuning.choose(
         "forward", q4, k4, diagonal is not None, table, run,
         attention_forward.kernel_for(q4.shape[-1]), attention_forward.held(q4.shape[-1]),
-        attention_forward.tma_ok(q4, k4, v4))
+        attention_forward.tma_ok(q4, q4, k4, v4))
     if settings["block_m"] % settings["block_n"]:
         raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
                          "is block_m keys wide and is walked in tiles of block_n")

@@ -28,9 +28,10 @@ left, ``seq_k - seq_q`` at the bottom right) splits each program's keys in three
 The last, partial tile of a sequence that is not a multiple of ``BLOCK_N`` is masked
 too; every full tile before it runs the unmasked loop.
 
-On Hopper the K and V tiles can come through the tensor memory accelerator instead of
-pointers (``TMA``: rank-4 descriptors made on the GPU, rows past the sequence arriving as
-zeros), where :func:`tma_ok` says the unit can read the tensors; the tuner times settings
+On Hopper the Q, K and V tiles can come through the tensor memory accelerator instead of
+pointers, and the O tile go back through it (``TMA``: rank-4 descriptors made on the GPU,
+rows past the sequence arriving as zeros and never written), where :func:`tma_ok` says the
+unit can read the tensors; the tuner times settings
 of both kinds (``tests/gpu/attention_ws_probe.py`` has the measurements that led here).
 
 A head dimension that is not a power of two (112, 224) is held ``BLOCK_D`` wide, the
@@ -129,18 +130,21 @@ def _visit_key_tiles(acc, l_i, m_i, q, k_src, v_src, b, h_kv, stride_kn, stride_
         k = tile_rows(k_src, b, h_kv, start_n, stride_kn, seq_k, in_head,
                       HEAD_DIM, BLOCK_D, BLOCK_N, MASKED, TMA)
         # >>> assignment: scores, masks, the online-softmax update, P @ V
-        # BLOCK_M x BLOCK_N scores on the tensor cores, accumulated in fp32, in log2 units.
-        s = tl.dot(q, tl.trans(k)) * qk_scale
+        # BLOCK_M x BLOCK_N scores on the tensor cores, accumulated in fp32.
+        s = tl.dot(q, tl.trans(k))
         if MASKED:
             visible = cols[None, :] < seq_k
             if CAUSAL:
                 visible = visible & (cols[None, :] <= rows[:, None] + diag)
             s = tl.where(visible, s, float("-inf"))
-        # The online softmax: a larger maximum rescales what was summed before. The
-        # first tile visited holds key 0, which every row that sees any key sees, so m_new
-        # is finite there; a row that sees none stays -inf (NaN in its own sums only).
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
+        # The online softmax in log2 units: a larger maximum rescales what was summed
+        # before. The scale multiplies each row's maximum once, and each score inside one
+        # fused multiply-add, s * c - m (the CUDA cores' work per score is the softmax's
+        # cost). The first tile visited holds key 0, which every row that sees any key
+        # sees, so m_new is finite there; a row that sees none stays -inf (NaN in its own
+        # sums only).
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
         rescale = tl.math.exp2(m_i - m_new)
         l_i = l_i * rescale + tl.sum(p, 1)
         v = tile_rows(v_src, b, h_kv, start_n, stride_vn, seq_k, in_head,
@@ -174,9 +178,14 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    in_tile = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+    b32, h32, h_kv32 = b.to(tl.int32), h.to(tl.int32), h_kv.to(tl.int32)  # descriptors'
+    q_src = q_head
+    if TMA:
+        q_src = heads_descriptor(Q, tl.num_programs(1) // heads, heads, seq_q, stride_qb,
+                                 stride_qh, stride_qm, HEAD_DIM, BLOCK_M)
     # The Q tile: read once from HBM, resident for the whole loop.
-    q = tl.load(q_head + rows[:, None] * stride_qm + dims[None, :], mask=in_tile, other=0.0)
+    q = tile_rows(q_src, b32, h32, pid_m * BLOCK_M, stride_qm, seq_q,
+                  dims[None, :] < HEAD_DIM, HEAD_DIM, BLOCK_D, BLOCK_M, True, TMA)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -197,7 +206,6 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
         unmasked_end = full_tiles_end
         stop = seq_k
     # <<< assignment
-    b32, h_kv32 = b.to(tl.int32), h_kv.to(tl.int32)   # a descriptor's coordinates
     acc, l_i, m_i = _visit_key_tiles(acc, l_i, m_i, q, k_src, v_src, b32, h_kv32, stride_kn,
                                      stride_vn, rows, 0, unmasked_end, seq_k, diag, qk_scale,
                                      HEAD_DIM, BLOCK_D, BLOCK_N, False, CAUSAL, TMA)
@@ -213,9 +221,15 @@ def attention_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     lse = tl.where(saw_keys, (m_i + tl.math.log2(l_i)) * LN_2, float("inf"))
     # <<< assignment
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)
-    o_head = O + b * stride_ob + h * stride_oh
-    tl.store(o_head + rows[:, None] * stride_om + dims[None, :], o.to(O.dtype.element_ty),
-             mask=in_tile)
+    o = o.to(O.dtype.element_ty)
+    if TMA:     # the unit writes the tile, and drops the rows past the sequence
+        o_desc = heads_descriptor(O, tl.num_programs(1) // heads, heads, seq_q, stride_ob,
+                                  stride_oh, stride_om, HEAD_DIM, BLOCK_M)
+        o_desc.store([b32, h32, pid_m * BLOCK_M, 0], o.reshape(1, 1, BLOCK_M, HEAD_DIM))
+    else:
+        o_head = O + b * stride_ob + h * stride_oh
+        tl.store(o_head + rows[:, None] * stride_om + dims[None, :], o,
+                 mask=(rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM))
 
 
 def _grid(q, block_m: int) -> tuple:
@@ -245,8 +259,8 @@ def held(head_dim: int) -> int:
 
 
 def tma_ok(q, *streamed) -> bool:
-    """Whether the tiles of ``streamed`` (the forward's K and V, the backward's Q and dO or K
-    and V) can come through tensor descriptors: a head held whole (``q``'s: a power of two,
+    """Whether the tiles of ``streamed`` (the forward's Q, K and V, the backward's Q and dO
+    or K and V) can come through tensor descriptors: a head held whole (``q``'s: a power of two,
     16 to 256 wide, not split), 2-byte elements, each tensor on a 16-byte boundary with
     every stride but the last a non-zero multiple of 16 bytes (the TMA unit's rules),
     compiled on a GPU that has the unit (Hopper, compute capability 9, or later) or in the
@@ -302,7 +316,7 @@ def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int, tma
     else:
         constexprs.update(BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m,
                           BLOCK_N=block_n, CAUSAL=diagonal is not None,
-                          TMA=use_descriptors(tma, q, k, v))
+                          TMA=use_descriptors(tma, q, q, k, v, o))
     return ints, constexprs
 
 
