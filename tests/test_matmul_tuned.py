@@ -121,7 +121,7 @@ def test_candidate_plans_are_timed_in_turn_and_each_keeps_its_median(monkeypatch
     calls, slow = [], iter(range(100))
     a, b = torch.zeros(2, 2), torch.zeros(2, 2)
 
-    def time_once(fn):
+    def time_once(fn, rep=40):
         calls.append(fn())
         return {"v6": 1.0, "persistent": 0.5}[calls[-1]] + next(slow)   # a falling clock
 

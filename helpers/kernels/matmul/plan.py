@@ -125,10 +125,11 @@ def operand_packer(a, b, pad_a: bool, pad_b: bool, n_padded: int, row_bytes: int
 PLAN_ROUNDS = 3
 
 
-def time_plans(runs: dict, *args, rounds: int = PLAN_ROUNDS) -> dict:
+def time_plans(runs: dict, *args, rounds: int = PLAN_ROUNDS, rep: int = 40) -> dict:
     """``name -> run`` as ``name -> ms``: each whole plan's median time over ``rounds``
     rounds, every plan once a round, in turn (A B C, A B C, ...), each ``run(*args)`` with a
-    cold L2. (Lesson 06's attention tuner times its candidate settings the same way.)
+    cold L2 for about ``rep`` ms a round. (Lesson 06's attention tuner times its candidate
+    settings the same way.)
 
     In turn, not one plan after another: under a long load an H200's SM clock fell from
     about 1,980 to 1,560 MHz, and a plan timed after the others ran on the slower chip. One
@@ -139,14 +140,14 @@ def time_plans(runs: dict, *args, rounds: int = PLAN_ROUNDS) -> dict:
     taken: dict = {name: [] for name in runs}
     for _ in range(rounds):
         for name, run in runs.items():
-            taken[name].append(time_once(lambda run=run: run(*args)))
+            taken[name].append(time_once(lambda run=run: run(*args), rep))
     return {name: statistics.median(t) for name, t in taken.items()}
 
 
-def time_once(fn) -> float:
-    """Median milliseconds of ``fn()``, each run with a cold L2: one round's timing, shorter
-    than a lone measurement's, as the rounds add up the samples."""
-    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+def time_once(fn, rep: int = 40) -> float:
+    """Median milliseconds of ``fn()`` run for about ``rep`` ms, each run with a cold L2: one
+    round's timing, shorter than a lone measurement's, as the rounds add up the samples."""
+    return float(triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median"))
 
 
 class Decisions:
