@@ -66,7 +66,9 @@ def main():
         CAUGHT.clear()
         ak.flash_attention_forward(q, k, v, causal)
         row = {"causal": causal, "chosen": tuning.chosen("forward", q, k, causal),
-               "tuner": ranked(CAUGHT["forward"]["ms"], work), "clock_after_tuner": smi()}
+               "tuner": ranked(CAUGHT["forward"]["ms"], work),
+               "tuner_finalists": ranked(CAUGHT["forward"].get("sustained_ms", {}), work),
+               "clock_after_tuner": smi()}
         runs = {}
         for name in CAUGHT["forward"]["ms"]:
             bm, bn, w, s = (int(x) for x in name.replace("x", " ").replace("w", "")
@@ -85,7 +87,8 @@ def main():
                 taken[name].append(triton.testing.do_bench(fn, warmup=25, rep=300))
         row["long"] = ranked({name: sorted(t)[1] for name, t in taken.items()}, work)
         row["clock_long"] = smi()
-        for key in ("tuner", "again", "hot", "long"):
+        print(causal, "chosen", row["chosen"], flush=True)
+        for key in ("tuner", "tuner_finalists", "again", "hot", "long"):
             print(causal, key, row[key][:5], flush=True)
         print({key: val for key, val in row.items() if key.startswith("clock")}, flush=True)
         rows.append(row)
