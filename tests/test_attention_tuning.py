@@ -279,9 +279,11 @@ def test_compiled_the_tuner_times_the_real_kernels_and_keeps_the_fastest(
               "finalists:", {n: round(t, 4) for n, t in final.items()})
         assert len(times) >= 3, (pass_name, times)
         assert sorted(final) == sorted(sorted(times, key=times.get)[:tuning.FINALISTS])
-        # The forward's space has settings that read through tensor descriptors: tuned with
-        # them where the tensors allow (a key of its own).
-        tma = pass_name == "forward" and A.attention_forward.tma_ok(q, k, v)
+        # Every pass's space has settings that read through tensor descriptors: tuned with
+        # them where the tensors it streams allow (a key of its own): dK/dV streams Q and
+        # dO, the forward and dQ stream K and V.
+        streamed = (q, do) if pass_name == "dkdv" else (k, v)
+        tma = A.attention_forward.tma_ok(q, q, *streamed)
         chosen = tuning._KEPT[(*tuning.key(pass_name, q, k, causal), tma, q.device, kernel)]
         assert tuning.name_of(chosen) == min(final, key=final.get), (pass_name, final)
     A.flash_attention_forward(q, k, v, causal=causal)
