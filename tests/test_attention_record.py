@@ -245,6 +245,18 @@ def test_record_is_complete(rec):
         assert "kernels" in r["profile"][name], r["profile"][name]
 
 
+def test_record_names_the_backend_sdpas_default_ran_at_each_point(rec):
+    """Each timed point says which backend SDPA runs with none pinned (its default, what
+    a practitioner gets), profiled from its kernels' names."""
+    entries = rec.results["tflops"]
+    named = [e for e in entries if "sdpa_default" in e]
+    if not named:
+        pytest.skip("the committed record predates the field")
+    assert len(named) == len(entries), "every point or none"
+    for e in named:
+        assert e["sdpa_default"] in ("cuDNN", "flash", "efficient", "math"), e["sdpa_default"]
+
+
 def test_record_shows_every_version_correct(rec):
     assert len(rec.results["checks"]) == len(experiment.cases(rec.results["config"]))
     for check in rec.results["checks"]:

@@ -300,10 +300,24 @@ def _time_case(case: dict, seq: int, cfg: dict, skip: dict) -> list[dict]:
                 except Exception as err:  # noqa: BLE001 - one failure must not lose the rest
                     row[_refusal(err)] = _failure(err, caught)
             entry["rows"].append(row)
+        entry["sdpa_default"] = _guarded(_default_backend, pass_, q, k, v, do, c)
         out.append(entry)
         del q, k, v, do
         torch.cuda.empty_cache()
     return out
+
+
+def _default_backend(pass_: str, q, k, v, do, causal: bool) -> str:
+    """The backend SDPA runs for this pass with none pinned (its default, which the
+    issue's targets compare against), named from the kernels it launches."""
+    from .attention_decode import backend, kernel_us
+
+    if pass_ == "forward":
+        return backend(kernel_us(lambda: F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal))[1])
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return backend(kernel_us(lambda: torch.autograd.grad(o, (q, k, v), do,
+                                                         retain_graph=True))[1])
 
 
 def _settings(pass_: str, q, k, causal) -> dict:
