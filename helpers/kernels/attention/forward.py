@@ -31,8 +31,8 @@ too; every full tile before it runs the unmasked loop.
 On Hopper the Q, K and V tiles can come through the tensor memory accelerator instead of
 pointers, and the O tile go back through it (``TMA``: rank-4 descriptors made on the GPU,
 rows past the sequence arriving as zeros and never written), where :func:`tma_ok` says the
-unit can read the tensors; the tuner times settings
-of both kinds (``tests/gpu/attention_ws_probe.py`` has the measurements that led here).
+unit can read the tensors; the tuner times settings of both kinds
+(``tests/gpu/attention_ws_probe.py`` has the measurements that led here).
 
 A head dimension that is not a power of two (112, 224) is held ``BLOCK_D`` wide, the
 next power of two (``tl.arange`` needs one): the columns past ``HEAD_DIM`` load as zeros,
