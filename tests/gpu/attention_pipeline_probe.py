@@ -35,8 +35,11 @@ Measured on an H200 (triton 3.6, torch 2.11), TFLOP/s, 8,192 tokens, d = 128, no
   398);
 * the next QK^T issued before the softmax: 454 / 420 at best, and 135 with 128 x 64 tiles,
   4 warps, 2 stages (registers spilled): slower at every setting, d = 64 and 4,096 tokens
-  too. Triton 3.6 waits for the early product before the softmax runs, so the order
-  costs registers and gains no overlap;
+  too. Triton waits for the early product before the softmax runs, so the order costs
+  registers and gains no overlap: compiled for sm_90 without a GPU (Triton 3.7.1,
+  ``triton.compile`` with ``GPUTarget("cuda", 90, 32)``, 128 x 64 tiles, 4 warps, 2
+  stages), the TTGIR puts ``ttng.warp_group_dot_wait {pendings = 0}`` on the next tile's
+  scores right after their ``warp_group_dot``, before the softmax's first ``tt.reduce``;
 * longest tiles first: within 1-2% of in order either way (473 against 479 at 8k, 428
   against 409 at 4k, 401 against 422 with 64 x 64 tiles): no consistent gain;
 * the lazy rescale: 486 / 452 against 523 / 494 in the same run; slower at every setting,
