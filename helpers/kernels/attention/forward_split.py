@@ -14,8 +14,10 @@ column pieces of widths ``BLOCK_D`` and ``BLOCK_E`` that add up to the head exac
   together by the online softmax and stored side by side.
 
 Nothing is masked by column and no product multiplies padding. Everything else (the
-online softmax, the saved log-sum-exp) is :mod:`.forward`'s, line for line, and the causal
-split into unmasked, diagonal and skipped tiles is :func:`.causal.key_tile_range`;
+online softmax, the saved log-sum-exp) is :mod:`.forward`'s, but for one line: this kernel
+scales the scores before the softmax, where :mod:`.forward` folds the scale into the
+exponent's multiply-add (measured there only). The causal split into unmasked, diagonal
+and skipped tiles is :func:`.causal.key_tile_range`;
 :mod:`.forward` imports this module, so the two constants are written out again here.
 The kernel takes the same arguments, with ``BLOCK_E`` after ``BLOCK_D``;
 :func:`.forward.launch` picks it for a head that :func:`pieces` splits.
