@@ -83,6 +83,18 @@ def test_wide_tiles_add_the_handed_over_sums_half_a_tile_at_a_time():
     assert_product(run(a2, b2), a2, b2, "launched again")
 
 
+@pytest.mark.parametrize("block_n", [64, 128])
+def test_an_owner_reads_a_partial_tile_through_the_workspaces_descriptor(block_n):
+    # Partial tiles go out by address and come back through the TMA unit, whole for a tile
+    # of up to 128 x 128 (half at a time for wider ones: the test above).
+    config = TileConfig(32, block_n, 32, num_warps=4, num_stages=1)
+    assert sk.workspace_box(config) == [32, block_n // 32, 32]
+    assert sk.workspace_box(TileConfig(128, 256, 64, num_warps=8, num_stages=3)) == [128, 4, 32]
+    a, b = operands(64, 2 * block_n - 8, 160)
+    c, _, _ = sk.launch(a, b, config, sms=3)
+    assert_product(c, a, b, f"32 x {block_n} tiles on 3 programs")
+
+
 @pytest.mark.parametrize("majors", [("row", "row"), ("row", "col")], ids=lambda m: f"B-{m[1]}")
 def test_c_rows_off_16_bytes_are_stored_without_a_descriptor(majors):
     # N = 60 fp16 is 120 bytes a row: no descriptor of C. B's rows (or, as W.T, its

@@ -35,7 +35,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ... import runtime
 from .config import TileConfig, gpu_in_use
 from .ladder import grouped_tile
 from .persistent import (KEYS, NEITHER, PERSISTENT_SPACE, _checked, boxes, descriptors,
@@ -47,6 +49,8 @@ from .tma_launch import direct
 # persistent kernel from. Measured on an H100 (fp16, 1672 x 2528 x 5504: 2 waves + 16
 # tiles of 128 x 128): 87 us against 105 us on the persistent kernel's own, narrower tile.
 WIDE = PERSISTENT_SPACE[0]
+# fp32 values in 128 bytes: the piece of a workspace row that the TMA unit swizzles.
+PIECE = 32
 # The stream-K setting where the persistent kernel cannot run at all (C's rows off 16
 # bytes, so no tuned setting of its own): its 128 x 128 tile with 8 warps.
 NARROW = TileConfig(128, 128, 64, num_warps=8, num_stages=4, options=NEITHER)
@@ -80,17 +84,42 @@ def _steps(a_desc, b_desc, row, col, k_first, k_stop, acc,
 
 
 @triton.jit
-def _add_handed_over(acc, ws_ptr, flags_ptr, pid, tile_start, total,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SMS: tl.constexpr):
+def _async_proxy_fence():
+    """``fence.proxy.async.global``: what this thread's generic loads and stores (and the
+    acquire before it) have seen, the TMA unit (the *async proxy*) sees too. Without it a TMA
+    load issued after the acquire may read the workspace as it was before the helper wrote."""
+    tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _add_handed_over(acc, ws_desc, flags_ptr, pid, tile_start, total,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SMS: tl.constexpr,
+                     FENCE: tl.constexpr):
     """``acc`` plus the partial sums of this tile that the programs before ``pid`` left.
 
-    A wide tile's are read half a tile at a time. A whole 128 x 256 fp32 tile loaded beside
-    the accumulator is 256 registers a thread (of 8 warps), more than the 255 there are:
-    ptxas spilled, and kept the whole kernel at 255 registers (the persistent kernel's
-    main loop needs 154)."""
+    Each partial comes through the TMA unit (``ws_desc``, :func:`workspace`) into shared
+    memory, and from there straight into the accumulator's own register layout. Loaded with
+    ``tl.load`` instead (the kernel's first version), a partial arrived in a row-major
+    register layout; the accumulator was moved into that layout to be added, and C's tile
+    stored from it. On an H200 (3048 x 688 x 6144 fp16, 128 x 128 tiles, the clocks of
+    ``tests/gpu/streamk_timeline_probe.py``) an owner then spent 4.5 us on one partial: 0.8
+    waiting on the acquire of a flag already raised, 2.2 loading and adding, 1.5 storing C.
+
+    Measured whole (``tests/gpu/streamk_tail_probe.py``: nine tail shapes, fp16, medians
+    of three interleaved rounds, cold L2, one H200 call per version): this version took
+    0-3 us less than the first (4432 x 904 x 4352 at 128 x 256: 78.3 us against 76.0;
+    1888 x 3456 x 1536: 46.2 against 43.1; 3048 x 688 x 6144: 59.5 against 59.0).
+    Boxes 32 columns wide, one after another, took longer (65.5 us at 3048 x 688 x 6144):
+    each is a trip to L2 and back before the next is asked for. What is left is not the
+    layout: from the end of its K steps to C's store, a 128 x 256 owner still takes about
+    4 us for one partial (4096^3), 0.45 of them the acquire.
+
+    A wide tile's partials are read half a tile at a time: a whole 128 x 256 fp32 tile
+    beside the accumulator is 256 registers a thread (of 8 warps), more than the 255 there
+    are, and 128 KiB of shared memory."""
     HALVES: tl.constexpr = BLOCK_M * BLOCK_N > 128 * 128
     W: tl.constexpr = BLOCK_N // 2 if HALVES else BLOCK_N
-    part = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, W)[None, :]
     if HALVES:      # columns [0, W) and [W, 2W), as the persistent kernel's split epilogue
         left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, W)), (0, 2, 1)))
     else:
@@ -98,12 +127,16 @@ def _add_handed_over(acc, ws_ptr, flags_ptr, pid, tile_start, total,
     p = pid - 1
     while (p >= 0) & ((p + 1) * total // NUM_SMS > tile_start):
         if (p + 1) * total // NUM_SMS > p * total // NUM_SMS:      # it has steps
-            while tl.atomic_cas(flags_ptr + p, 1, 0) != 1:          # wait, then reset
+            # Wait for its flag and reset it. Acquire: its stores, released with the flag,
+            # are visible here from now on.
+            while tl.atomic_cas(flags_ptr + p, 1, 0, sem="acquire", scope="gpu") != 1:
                 pass
-            piece = ws_ptr + p * BLOCK_M * BLOCK_N + part
-            left += tl.load(piece, cache_modifier=".cg")            # from L2, not L1
+            if FENCE:
+                _async_proxy_fence()
+            left += tl.reshape(ws_desc.load([p * BLOCK_M, 0, 0]), (BLOCK_M, W))
             if HALVES:
-                right += tl.load(piece + W, cache_modifier=".cg")
+                # the right half starts W // 32 pieces (of PIECE = 32 values) along
+                right += tl.reshape(ws_desc.load([p * BLOCK_M, W // 32, 0]), (BLOCK_M, W))
         p -= 1
     if HALVES:
         acc = tl.reshape(tl.permute(tl.join(left, right), (0, 2, 1)), (BLOCK_M, BLOCK_N))
@@ -157,12 +190,14 @@ def _store_tile(c, row, col, acc, M, N, stride_cm, BLOCK_M: tl.constexpr,
 
 
 @triton.jit
-def matmul_kernel_streamk(a_desc, b_desc, c_out, ws_ptr, flags_ptr, M, N, K, SK_TILES,
-                          stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def matmul_kernel_streamk(a_desc, b_desc, ws_desc, c_out, ws_ptr, flags_ptr, M, N, K,
+                          SK_TILES, stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                           NUM_SMS: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
-                          C_DESC: tl.constexpr):
+                          C_DESC: tl.constexpr, FENCE: tl.constexpr):
     # c_out: C's descriptor (C_DESC), or its address where its rows are off 16 bytes.
+    # ws_ptr and ws_desc: the partial sums' workspace, written by address and read through
+    # the TMA unit (_add_handed_over). FENCE: the proxy fence that needs (compiled only).
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -196,12 +231,12 @@ def matmul_kernel_streamk(a_desc, b_desc, c_out, ws_ptr, flags_ptr, M, N, K, SK_
             # thread's store happen before the flag; the atomic releases them to the owner.
             tl.store(ws_ptr + pid * BLOCK_M * BLOCK_N + box, acc)
             tl.debug_barrier()
-            tl.atomic_xchg(flags_ptr + pid, 1)
+            tl.atomic_xchg(flags_ptr + pid, 1, sem="release", scope="gpu")
         else:
             # The owner: add the pieces of the programs before it that hold earlier steps
             # of this tile (each holds one piece, the last of its share), then write C.
-            acc = _add_handed_over(acc, ws_ptr, flags_ptr, pid, t * steps, total,
-                                   BLOCK_M, BLOCK_N, NUM_SMS)
+            acc = _add_handed_over(acc, ws_desc, flags_ptr, pid, t * steps, total,
+                                   BLOCK_M, BLOCK_N, NUM_SMS, FENCE)
             _store_tile(c_out, pid_m * BLOCK_M, pid_n * BLOCK_N, acc, M, N, stride_cm,
                         BLOCK_M, BLOCK_N, C_DESC)
         end = t * steps + k_first
@@ -249,9 +284,31 @@ def c_rows_aligned(N: int, dtype) -> bool:
 
 def _with_c_as_address(launch):
     """The direct launch (``launch(tensors, args)``, descriptors of ``tensors``) of a kernel
-    whose C is an address, not a descriptor: C, the third tensor, goes first among the
-    other arguments."""
-    return lambda tensors, args: launch(tensors[:2], (tensors[2], *args))
+    whose C is an address, not a descriptor: C, the fourth tensor (after A, B and the
+    workspace), goes first among the other arguments."""
+    return lambda tensors, args: launch(tensors[:3], (tensors[3], *args))
+
+
+def workspace_box(config: TileConfig) -> list:
+    """The box in which an owner reads a partial tile (:func:`_add_handed_over`): half of it
+    for a wide tile, else all of it, as rows of 128-byte pieces (:func:`workspace`)."""
+    wide = config.block_m * config.block_n > 128 * 128
+    cols = config.block_n // 2 if wide else config.block_n
+    return [config.block_m, cols // PIECE, PIECE]
+
+
+def workspace(ws: torch.Tensor, config: TileConfig, programs: int) -> torch.Tensor:
+    """The partial sums' workspace as the TMA unit reads it: ``BLOCK_M`` rows a program,
+    each row of ``BLOCK_N`` fp32 values cut into pieces of :data:`PIECE` (128 bytes).
+
+    Why the pieces: an owner's box lands in shared memory and is read from there into the
+    accumulator's registers. A row of 128 or 256 fp32 values is 512 or 1,024 bytes, too
+    long for the TMA unit to swizzle, and unswizzled, the rows a warp reads at once all
+    start in the same bank of shared memory: eight threads wait in line for each. With the
+    row cut into 128-byte pieces (a third dimension), the unit swizzles each piece and the
+    reads spread over the banks, still in one box, one trip to L2."""
+    n = programs * config.block_m * config.block_n
+    return ws[:n].view(programs * config.block_m, config.block_n // PIECE, PIECE)
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
@@ -262,40 +319,49 @@ def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
     interpreter too). The caller checks :func:`~helpers.kernels.matmul.persistent.usable`
     with ``c_rows=False``: C's rows may be off 16 bytes here."""
     config = fitted(config, a.dtype)
+    if config.block_n % PIECE:
+        raise ValueError(f"stream-K's tiles are whole 128-byte pieces of fp32 wide "
+                         f"(BLOCK_N a multiple of {PIECE}), got {config.describe()}")
     M, K = a.shape
     N = b.shape[1]
     sms = sms or sm_count(a.device)
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
     sk_tiles = stream_k_tiles(tiles, sms)
     ws, flags = _SCRATCH.get(a.device, sms * config.block_m * config.block_n, sms)
+    slabs = workspace(ws, config, sms)
+    ws_desc = TensorDescriptor(slabs, list(slabs.shape), list(slabs.stride()),
+                               workspace_box(config))
     a_t, b_t = transposed(a), transposed(b)
     c_desc = c_rows_aligned(N, a.dtype)
     constants = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                     GROUP_M=config.group_m, NUM_SMS=sms, A_T=a_t, B_T=b_t, C_DESC=c_desc)
+                     GROUP_M=config.group_m, NUM_SMS=sms, A_T=a_t, B_T=b_t, C_DESC=c_desc,
+                     FENCE=runtime.is_gpu())
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     grid = (sms, 1, 1)
     tail = (ws, flags, M, N, K, sk_tiles, N)            # N: C's row stride (it is new)
 
     def operands(a, b, c):
-        """The kernel's first three arguments: the descriptors, and C's address where its
-        rows cannot have one."""
-        return descriptors(a, b, c, config) if c_desc else (*descriptors(a, b, None, config), c)
+        """The kernel's first four arguments: the descriptors of A, B and the workspace,
+        and C's, or C's address where its rows cannot have a descriptor."""
+        a_desc, b_desc, *c_desc_or_none = descriptors(a, b, c if c_desc else None, config)
+        return (a_desc, b_desc, ws_desc, *(c_desc_or_none or (c,)))
 
     out = torch.empty((M, N), device=a.device, dtype=a.dtype)
     compiled = matmul_kernel_streamk[grid](*operands(a, b, out), *tail, **constants, **options)
     # Later calls: the compiled kernel with the descriptors' encodings kept
     # (matmul_tma_launch), where this Triton allows it and it gives what the JIT gave.
     args, device, dtype = tail + tuple(constants.values()), out.device, out.dtype
+    box_a, box_b, box_c = boxes(config, a_t, b_t)
     fast = None if compiled is None else direct(
-        compiled, grid, list(boxes(config, a_t, b_t))[:3 if c_desc else 2])
+        compiled, grid, [box_a, box_b, workspace_box(config)] + ([box_c] if c_desc else []))
     if fast is not None and not c_desc:
         fast = _with_c_as_address(fast)
-    fast = None if fast is None else _checked(fast, (stored(a), stored(b)), out, args)
+    fast = None if fast is None else _checked(fast, (stored(a), stored(b), slabs), out, args)
 
     def run(a, b):
         c = torch.empty((M, N), device=device, dtype=dtype)
         if fast is not None:
-            fast((a.t() if a_t else a, b.t() if b_t else b, c), args)
+            fast((a.t() if a_t else a, b.t() if b_t else b, slabs, c), args)
         else:
             matmul_kernel_streamk[grid](*operands(a, b, c), *tail, **constants, **options)
         return c
