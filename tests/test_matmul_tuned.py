@@ -166,6 +166,20 @@ def test_where_cs_rows_are_off_16_bytes_stream_k_plans_stand_in_for_the_persiste
     assert (narrow.block_m, narrow.block_n, narrow.block_k, narrow.num_warps) == (128, 128, 64, 8)
 
 
+def test_stream_k_plans_try_the_wide_and_the_narrow_tile_whatever_the_setting():
+    # Neither tile wins everywhere (the H200 figures in _streamk_plans' docstring): a setting
+    # that is already one of them is not built twice; a third tile brings both others.
+    a, b = product(72, 296, 104, torch.float16)
+    found = mt._streamk_plans(a, b, plans.VECTOR, sk.WIDE)
+    assert sorted(found) == [("streamk", plans.VECTOR), ("streamk narrow", plans.VECTOR)]
+    assert found["streamk narrow", plans.VECTOR][2].block_n == 128
+    other = TileConfig(64, 128, 64, num_warps=4, num_stages=5, options=mp.NEITHER)
+    found = mt._streamk_plans(a, b, plans.VECTOR, other)
+    assert sorted(name for name, _ in found) == ["streamk", "streamk narrow", "streamk wide"]
+    for name, (c, _, _) in found.items():
+        assert_product(c, a, b, name[0])
+
+
 def test_a_decision_saved_as_a_dict_builds_its_plan():
     """A decision on disk holds its setting as the dict of KEYS (a file written before the
     settings became TileConfigs reads the same): the plan built from it runs that setting."""

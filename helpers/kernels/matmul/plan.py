@@ -14,10 +14,10 @@ candidates on a shape's first call, times each whole plan, and keeps the fastest
 * the persistent TMA kernel, autotuned, where the TMA takes the operands
   (:func:`~helpers.kernels.matmul.persistent.usable`);
 * stream-K, where the persistent kernel's tiles leave the last wave part-empty, with the
-  persistent kernel's setting and with the widest tile
+  persistent kernel's setting and with 128 x 256 and 128 x 128 tiles
   (:mod:`~helpers.kernels.matmul.streamk`); and where C's rows are off 16 bytes, which
-  rules the persistent kernel out (its C goes through a descriptor), stream-K with a
-  128 x 128 tile and with the widest, storing C from the registers;
+  rules the persistent kernel out (its C goes through a descriptor), stream-K with those
+  two tiles, storing C from the registers;
 
 each on the operands as given and, when their rows do not start on 128-byte lines, on copies
 that do. "As given" means no copy by the plan: the persistent kernel still pads B itself

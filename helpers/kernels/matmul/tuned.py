@@ -209,8 +209,8 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -
     their rows do not start on 128-byte lines, on copies that do (:mod:`matmul_plan`);
     v6 also with the tuner's runner-up setting (:func:`runner_up`), and, where the persistent
     kernel's tiles leave the last wave part-empty, the stream-K kernel with that setting and
-    with the widest tile (:mod:`~helpers.kernels.matmul.streamk`). It times each whole plan,
-    keeps the fastest and writes the decision to disk. Later
+    with the 128 x 256 and 128 x 128 tiles (:mod:`~helpers.kernels.matmul.streamk`). It
+    times each whole plan, keeps the fastest and writes the decision to disk. Later
     calls of the same shape and layout launch the kept plan's compiled kernel directly,
     skipping the autotuner's and the JIT's Python work: at small sizes that host time,
     not the GPU, sets the speed (the ``launch_overhead`` part of the autotuning record).
@@ -354,13 +354,22 @@ def _build(a, b, kernel, config, row_bytes, verify=True):
 
 
 def _streamk_plans(a, b, row_bytes, setting) -> dict:
-    """Stream-K plans (:mod:`~helpers.kernels.matmul.streamk`) with ``setting`` and with the
-    widest tile, which a part-empty last wave may have kept the persistent kernel from."""
-    found = {}
-    for name, config in (("streamk", setting), ("streamk wide", streamk.WIDE)):
-        if name == "streamk wide" and streamk.WIDE.as_dict(CONSTEXPRS[:3]) == \
-                TileConfig.of(setting).as_dict(CONSTEXPRS[:3]):
+    """Stream-K plans (:mod:`~helpers.kernels.matmul.streamk`) with ``setting``, with the
+    widest tile, which a part-empty last wave may have kept the persistent kernel from, and
+    with the 128 x 128 tile; each tile once.
+
+    Why both tiles whatever the persistent kernel chose: neither wins everywhere. On an H200
+    (``tests/gpu/streamk_tail_probe.py``, fp16, nine tail shapes) 128 x 256 was faster at
+    4432 x 904 x 4352 (76.0 us against 86.0), 128 x 128 at 5968 x 328 x 6656 (68.6 against
+    92.1, where the persistent kernel's own pick, 128 x 256, took 81.8) and at
+    488 x 4432 x 4864 (46.3 against 50.5)."""
+    found, tiles = {}, set()
+    for name, config in (("streamk", setting), ("streamk wide", streamk.WIDE),
+                         ("streamk narrow", streamk.NARROW)):
+        tile = tuple(TileConfig.of(config).as_dict(CONSTEXPRS[:3]).values())
+        if tile in tiles:
             continue
+        tiles.add(tile)
         try:
             built = _build(a, b, "streamk", config, row_bytes)
         except ValueError:              # its C tile does not fit beside two stages
