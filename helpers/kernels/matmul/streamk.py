@@ -49,8 +49,6 @@ from .tma_launch import direct
 # persistent kernel from. Measured on an H100 (fp16, 1672 x 2528 x 5504: 2 waves + 16
 # tiles of 128 x 128): 87 us against 105 us on the persistent kernel's own, narrower tile.
 WIDE = PERSISTENT_SPACE[0]
-# fp32 values in 128 bytes: the piece of a workspace row that the TMA unit swizzles.
-PIECE = 32
 # The stream-K setting where the persistent kernel cannot run at all (C's rows off 16
 # bytes, so no tuned setting of its own): its 128 x 128 tile with 8 warps.
 NARROW = TileConfig(128, 128, 64, num_warps=8, num_stages=4, options=NEITHER)
@@ -108,12 +106,16 @@ def _add_handed_over(acc, ws_desc, flags_ptr, pid, tile_start, total,
 
     Measured whole (``tests/gpu/streamk_tail_probe.py``: nine tail shapes, fp16, medians
     of three interleaved rounds, cold L2, one H200 call per version): this version took
-    0-3 us less than the first (4432 x 904 x 4352 at 128 x 256: 78.3 us against 76.0;
-    1888 x 3456 x 1536: 46.2 against 43.1; 3048 x 688 x 6144: 59.5 against 59.0).
-    Boxes 32 columns wide, one after another, took longer (65.5 us at 3048 x 688 x 6144):
-    each is a trip to L2 and back before the next is asked for. What is left is not the
-    layout: from the end of its K steps to C's store, a 128 x 256 owner still takes about
-    4 us for one partial (4096^3), 0.45 of them the acquire.
+    0-3 us less than the first (4432 x 904 x 4352 at 128 x 256: 78.3 us against 75.4;
+    1888 x 3456 x 1536: 46.2 against 43.3; 1624 x 2600 x 2304: 46.2 against 44.6), and
+    as long elsewhere. Two other boxes were tried and not kept. Rows of 128 or 256 fp32
+    values land in shared memory unswizzled, so the rows a warp reads at once start in one
+    bank; cut into 128-byte pieces (a third dimension, which the unit swizzles) they took
+    the same time within 1 us on all nine shapes. Boxes 32 columns wide, one after
+    another, took longer (65.5 us at 3048 x 688 x 6144 against 59.1): each is a trip to L2
+    and back before the next is asked for. What is left is not the layout: from the end of
+    its K steps to C's store, a 128 x 256 owner still takes about 4 us for one partial
+    (4096^3), 0.45 of them the acquire.
 
     A wide tile's partials are read half a tile at a time: a whole 128 x 256 fp32 tile
     beside the accumulator is 256 registers a thread (of 8 warps), more than the 255 there
@@ -133,10 +135,9 @@ def _add_handed_over(acc, ws_desc, flags_ptr, pid, tile_start, total,
                 pass
             if FENCE:
                 _async_proxy_fence()
-            left += tl.reshape(ws_desc.load([p * BLOCK_M, 0, 0]), (BLOCK_M, W))
+            left += ws_desc.load([p * BLOCK_M, 0])
             if HALVES:
-                # the right half starts W // 32 pieces (of PIECE = 32 values) along
-                right += tl.reshape(ws_desc.load([p * BLOCK_M, W // 32, 0]), (BLOCK_M, W))
+                right += ws_desc.load([p * BLOCK_M, W])
         p -= 1
     if HALVES:
         acc = tl.reshape(tl.permute(tl.join(left, right), (0, 2, 1)), (BLOCK_M, BLOCK_N))
@@ -290,25 +291,18 @@ def _with_c_as_address(launch):
 
 
 def workspace_box(config: TileConfig) -> list:
-    """The box in which an owner reads a partial tile (:func:`_add_handed_over`): half of it
-    for a wide tile, else all of it, as rows of 128-byte pieces (:func:`workspace`)."""
+    """The box in which an owner reads a partial tile: half of it for a wide tile
+    (:func:`_add_handed_over`), else all of it."""
     wide = config.block_m * config.block_n > 128 * 128
-    cols = config.block_n // 2 if wide else config.block_n
-    return [config.block_m, cols // PIECE, PIECE]
+    return [config.block_m, config.block_n // 2 if wide else config.block_n]
 
 
 def workspace(ws: torch.Tensor, config: TileConfig, programs: int) -> torch.Tensor:
-    """The partial sums' workspace as the TMA unit reads it: ``BLOCK_M`` rows a program,
-    each row of ``BLOCK_N`` fp32 values cut into pieces of :data:`PIECE` (128 bytes).
-
-    Why the pieces: an owner's box lands in shared memory and is read from there into the
-    accumulator's registers. A row of 128 or 256 fp32 values is 512 or 1,024 bytes, too
-    long for the TMA unit to swizzle, and unswizzled, the rows a warp reads at once all
-    start in the same bank of shared memory: eight threads wait in line for each. With the
-    row cut into 128-byte pieces (a third dimension), the unit swizzles each piece and the
-    reads spread over the banks, still in one box, one trip to L2."""
+    """The partial sums' workspace as the TMA unit reads it: ``BLOCK_M`` rows of ``BLOCK_N``
+    fp32 values a program (rows of 4 ``BLOCK_N`` bytes: whole 16-byte units, as a
+    descriptor needs)."""
     n = programs * config.block_m * config.block_n
-    return ws[:n].view(programs * config.block_m, config.block_n // PIECE, PIECE)
+    return ws[:n].view(programs * config.block_m, config.block_n)
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
@@ -319,9 +313,6 @@ def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
     interpreter too). The caller checks :func:`~helpers.kernels.matmul.persistent.usable`
     with ``c_rows=False``: C's rows may be off 16 bytes here."""
     config = fitted(config, a.dtype)
-    if config.block_n % PIECE:
-        raise ValueError(f"stream-K's tiles are whole 128-byte pieces of fp32 wide "
-                         f"(BLOCK_N a multiple of {PIECE}), got {config.describe()}")
     M, K = a.shape
     N = b.shape[1]
     sms = sms or sm_count(a.device)
