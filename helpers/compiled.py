@@ -76,6 +76,7 @@ class Resources:
     spilled_bytes: int | None = None       # spill stores (ptxas -v); None if not read
     stack_bytes: int | None = None         # the stack frame (spills live there)
     error: str | None = None               # the compiler's words if it does not fit/compile
+    ptx: str | None = None                 # the PTX itself, when asked for (``ptx=True``)
 
     @property
     def ok(self) -> bool:
@@ -260,7 +261,7 @@ def _specialize(kernel, signature: dict, constexprs: dict):
 
 
 def resources(kernel, *, signature: dict, constexprs: dict, num_warps: int = 4,
-              num_stages: int = 3, capability: int = 90) -> Resources:
+              num_stages: int = 3, capability: int = 90, ptx: bool = False) -> Resources:
     """``kernel`` compiled for ``sm_<capability>`` with these options: what it needs.
 
     ``signature`` gives every argument that is not a constexpr: a Triton type (``"*fp16"``,
@@ -269,10 +270,11 @@ def resources(kernel, *, signature: dict, constexprs: dict, num_warps: int = 4,
     tiles asynchronously) or a tensor (its pointer type). ``constexprs`` gives the
     ``tl.constexpr`` arguments. A kernel that does not compile, or asks for more shared
     memory than one program may have on that GPU, comes back with ``error`` set.
+    ``ptx=True``: the PTX comes back too (``Resources.ptx``), to read what was generated.
     """
     (found,) = resources_many(kernel, [dict(signature=signature, constexprs=constexprs,
                                             num_warps=num_warps, num_stages=num_stages,
-                                            capability=capability)])
+                                            capability=capability, ptx=ptx)])
     return found
 
 
@@ -298,14 +300,14 @@ def resources_many(kernel, calls: list[dict]) -> list[Resources]:
 
 
 def _request(kernel, *, signature: dict, constexprs: dict, num_warps: int = 4,
-             num_stages: int = 3, capability: int = 90) -> tuple[str, dict]:
+             num_stages: int = 3, capability: int = 90, ptx: bool = False) -> tuple[str, dict]:
     """The compiling process's job for one :func:`resources` call, and its cache key."""
     limits(capability)
     sig, consts, aligned = _specialize(kernel, signature, constexprs)
     text, name = _module_text(kernel)
     job = {"source": text, "kernel": name, "signature": sig, "constexprs": consts,
            "aligned": aligned, "num_warps": int(num_warps), "num_stages": int(num_stages),
-           "capability": int(capability)}
+           "capability": int(capability), "ptx": bool(ptx)}
     key = hashlib.sha256(json.dumps(job, sort_keys=True, default=repr).encode()).hexdigest()
     return key, job
 
@@ -420,7 +422,8 @@ def _work(job: dict, folder: str) -> dict:
         words = str(err).strip()
         return {"error": f"{type(err).__name__}: {words[-1500:]}"}
     return {"shared_bytes": int(compiled.metadata.shared),
-            **_read_tools(compiled.asm["cubin"], log.getvalue(), folder)}
+            **_read_tools(compiled.asm["cubin"], log.getvalue(), folder),
+            **({"ptx": compiled.asm["ptx"]} if job.get("ptx") else {})}
 
 
 def _main() -> None:

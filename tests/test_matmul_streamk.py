@@ -8,11 +8,14 @@ evenly, and programs with no steps at all. The test marked ``gpu`` runs it compi
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import triton
 
 import helpers
+from helpers import compiled
 from helpers.kernels.matmul import persistent as mp
 from helpers.kernels.matmul import streamk as sk
 from helpers.kernels.matmul.config import TileConfig
@@ -119,6 +122,31 @@ def test_compiled(shape):
         c, run, _ = sk.launch(a, b, config)
         assert_product(c, a, b, f"{shape}")
     assert torch.equal(run(a, b), c), "the same sum every run"
+
+
+def test_compiled_for_hopper_an_owner_fences_between_its_acquire_and_the_tma_read():
+    # The kernel compiled for an H100 here (no GPU needed): a helper releases its flag after
+    # its stores; an owner acquires the flag, then fences the proxies, and only then lets the
+    # TMA unit read the partial. Without the fence the unit may read the workspace as it was.
+    wide = sk.fitted(sk.WIDE)
+    got = compiled.resources(
+        sk.matmul_kernel_streamk, num_warps=8, num_stages=wide.num_stages, ptx=True,
+        signature={"a_desc": "tensordesc<fp16[128, 64]>", "b_desc": "tensordesc<fp16[64, 256]>",
+                   "ws_desc": "tensordesc<fp32[128, 128]>",
+                   "c_out": "tensordesc<fp16[128, 256]>", "ws_ptr": "*fp32",
+                   "flags_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
+                   "SK_TILES": "i32", "stride_cm": "i32"},
+        constexprs=dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, NUM_SMS=132,
+                        A_T=False, B_T=False, C_DESC=True, FENCE=True))
+    assert got.ok and not got.spills, got.lines()
+    ptx = got.ptx
+    release = re.search(r"atom\.global\.(gpu\.release|release\.gpu)\.exch", ptx)
+    acquire = re.search(r"atom\.global\.(gpu\.acquire|acquire\.gpu)\.cas", ptx)
+    assert release and acquire, "the helper releases its flag, the owner acquires it"
+    fence = ptx.find("fence.proxy.async.global", acquire.end())
+    assert fence > 0, "a proxy fence after the owner's acquire"
+    read = ptx.find("cp.async.bulk.tensor.2d.shared::cta.global", acquire.end())
+    assert fence < read, "the fence before the TMA unit reads the partial"
 
 
 @pytest.mark.gpu
