@@ -357,8 +357,8 @@ def _streamk_plans(a, b, row_bytes, setting) -> dict:
     """Stream-K plans (:mod:`~helpers.kernels.matmul.streamk`) with ``setting`` and with the
     128 x 256 and 128 x 128 tiles, each tile once: neither wins everywhere. On an H200
     (``tests/gpu/streamk_tail_probe.py``, fp16) 128 x 256 was faster at 4432 x 904 x 4352
-    (76.0 us against 86.0), 128 x 128 at 5968 x 328 x 6656 (68.6 against 92.1, where the
-    persistent kernel's own pick, 128 x 256, took 81.8) and at 488 x 4432 x 4864."""
+    (75.4 us against 85.7), 128 x 128 at 5968 x 328 x 6656 (69.0 against 92.4; the
+    persistent kernel took 81.8 with 128 x 256) and at 488 x 4432 x 4864."""
     found, tiles = {}, set()
     for name, config in (("streamk", setting), ("streamk wide", streamk.WIDE),
                          ("streamk narrow", streamk.NARROW)):
