@@ -13,6 +13,12 @@ the SM clock and power that ``nvidia-smi`` reads beside each phase:
 4. longer interleaved runs (``do_bench`` rep = 300 ms, 3 rounds).
 
     PYTHONPATH=$PWD python3 tests/gpu/attention_tuner_probe.py    # $OUT/attention_tuner.json
+    TOKENS=1024 HEAD_DIM=64 PYTHONPATH=$PWD python3 tests/gpu/attention_tuner_probe.py
+
+At 1,024 tokens a call is host-paced (stop 49's probe), and the record at 74853d9 read two
+of the finalists' picks there slower than the short rounds' picks of the record before it
+(d = 64 causal forward: 128 x 128 w8 s3 at 160 TFLOP/s against 64 x 64 w4 s3 at 202). The
+fifth timing (``record``) is the record's own: ``helpers.bench.time_rounds``, three rounds.
 
 Read on an H200 (triton 3.6, torch 2.11), TFLOP/s, not causal, 64 x 64 pointer tiles /
 128 x 128 pointer tiles / 128 x 64 descriptor tiles: the tuner's rounds 491.5 / 503.2 /
@@ -31,6 +37,7 @@ import time
 import torch
 import triton
 
+from helpers import bench
 from helpers.kernels import attention as ak
 from helpers.kernels.attention import tuning
 from helpers.kernels.matmul.plan import time_plans
@@ -67,14 +74,16 @@ def heat(seconds: float) -> None:
 def main():
     tuning._timed = _catching
     out, rows = os.environ.get("OUT", "."), []
-    b, h, n, d = 4, 16, 4096, 128
+    b, h = 4, 16
+    n, d = int(os.environ.get("TOKENS", 4096)), int(os.environ.get("HEAD_DIM", 128))
     for causal in (False, True):
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         work = 4 * b * h * n * n * d / (2 if causal else 1)
         CAUGHT.clear()
         ak.flash_attention_forward(q, k, v, causal)
-        row = {"causal": causal, "chosen": tuning.chosen("forward", q, k, causal),
+        row = {"tokens": n, "head_dim": d, "causal": causal,
+               "chosen": tuning.chosen("forward", q, k, causal),
                "tuner": ranked(CAUGHT["forward"]["ms"], work),
                "tuner_finalists": ranked(CAUGHT["forward"].get("sustained_ms", {}), work),
                "clock_after_tuner": smi()}
@@ -96,8 +105,10 @@ def main():
                 taken[name].append(triton.testing.do_bench(fn, warmup=25, rep=300))
         row["long"] = ranked({name: sorted(t)[1] for name, t in taken.items()}, work)
         row["clock_long"] = smi()
+        row["record"] = ranked({name: t["ms"] for name, t in bench.time_rounds(runs).items()},
+                               work)
         print(causal, "chosen", row["chosen"], flush=True)
-        for key in ("tuner", "tuner_finalists", "again", "hot", "long"):
+        for key in ("tuner", "tuner_finalists", "again", "hot", "long", "record"):
             print(causal, key, row[key][:5], flush=True)
         print({key: val for key, val in row.items() if key.startswith("clock")}, flush=True)
         rows.append(row)
