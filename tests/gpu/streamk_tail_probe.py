@@ -6,6 +6,11 @@ where the drawn record kept v6 or the persistent kernel over it (H200 record 188
 the K steps' own time). Medians of three interleaved rounds, cold L2. A few tail shapes are
 drawn afresh (seed printed), beside the record's.
 
+Its H200 figures (seed 1599211839) are in ``helpers.kernels.matmul.streamk._add_handed_over``
+and ``tuned._streamk_plans``. Read the ``no hand-over`` copy as a rough guide only: it is not
+the course's kernel, and on two drawn shapes it ran slower than the kernel with its
+hand-over (1888 x 3456 x 1536: 122.5 us against 43.3), so it is no lower bound.
+
     PYTHONPATH=$PWD python3 tests/gpu/streamk_tail_probe.py          # $OUT/streamk_tail.json
     NCU=1 ncu --clock-control none --profile-from-start off --metrics <list> \\
         python3 tests/gpu/streamk_tail_probe.py                       # one launch each
