@@ -378,6 +378,34 @@ def test_a_decoding_loop_reuses_its_plan_and_stays_right():
     assert len(decode._plans) == 2
 
 
+@pytest.mark.gpu
+def test_decoding_steps_share_a_workspace_per_stream_and_stay_right():
+    """The splits' partial results go to one workspace per stream, grown as needed: steps
+    on one stream reuse it (each step's kernels queue after the last one's), another
+    stream gets its own, and steps on two streams at once both come out right."""
+    from helpers.kernels.attention import decode
+
+    decode._workspaces.clear()
+    dev = torch.device(DEVICE)
+    small = decode.workspace(dev, 1000)
+    assert decode.workspace(dev, 10) is small, "same stream: the same workspace"
+    grown = decode.workspace(dev, 5000)
+    assert grown.numel() >= 5000 and decode.workspace(dev, 1000) is grown
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert decode.workspace(dev, 10) is not grown, "another stream: its own"
+    steps = [make((2, 8, 2, 1, 3000, 64), torch.bfloat16, seed=s) for s in range(2)]
+    want = [A.attention_reference(*qkv, "bottom_right")[0] for qkv in steps]
+    for _ in range(3):
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            o_side, _ = A.flash_attention_forward(*steps[1], "bottom_right")
+        o_main, _ = A.flash_attention_forward(*steps[0], "bottom_right")
+        torch.cuda.synchronize()
+        assert_close(o_main, want[0], 2e-2, 2e-2, "main stream's step")
+        assert_close(o_side, want[1], 2e-2, 2e-2, "side stream's step")
+
+
 def test_short_queries_take_the_split_kv_kernels_and_long_ones_do_not():
     from helpers.kernels.attention import decode
 
@@ -386,7 +414,9 @@ def test_short_queries_take_the_split_kv_kernels_and_long_ones_do_not():
     assert not A.uses_decoding(32, 1, 16)           # 512 rows a K/V head: more than a tile
     assert decode.split_keys(8, 131072, 64, 528) == (64, 2048)   # 8 heads x 64 splits
     assert decode.split_keys(1, 131072, 64, 528) == (64, 2048)   # at most MAX_SPLITS
-    assert decode.split_keys(64, 8192, 64, 528) == (9, 960)      # 15 tiles a split
+    assert decode.split_keys(64, 8192, 64, 528) == (8, 1024)     # 16 tiles a split
+    assert decode.split_keys(64, 8192, 64, 264) == (4, 2048)     # one wave: not 5
+    assert decode.split_keys(64, 8192, 64, 32) == (1, 8192)      # at least one split
     assert decode.split_keys(8, 100, 64, 528) == (2, 64)        # at most one split a tile
     q, k, v = make((1, 8, 2, 2, 90, 16), torch.float32)
     assert torch.equal(A.flash_attention_forward(q, k, v, "bottom_right")[0],

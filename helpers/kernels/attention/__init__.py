@@ -351,14 +351,14 @@ def uses_decoding(heads: int, kv_heads: int, seq_q: int) -> bool:
 
 def decode_config(head_dim: int, dtype: torch.dtype, device: torch.device,
                   compiled: bool | None = None, sms: int | None = None) -> dict:
-    """The split-KV kernel's settings: its key tile, warps, stages and how many programs
-    to aim for (splits x batch x K/V heads), two per SM; in the interpreter, small tiles.
-    ``sms``: the GPU's SM count, where ``device`` is not that GPU (a record's, read here).
+    """The split-KV kernel's settings: key tile, warps, stages and the programs to aim for
+    (splits x batch x K/V heads): two per SM, one wave (``decode.split_keys`` rounds
+    down); in the interpreter, small tiles. ``sms``: the GPU's SM count (a record's).
 
-    From a sweep on an H100 (bf16, 1 query, 32 heads on 8 K/V heads, d = 128, batch 1 and
-    8, 8k to 128k keys; 36 settings, kernel time from torch.profiler): 64-key tiles, 3
-    stages, 4 warps and 2 programs per SM were within 6% of each shape's best, at 0.94x
-    to 1.07x cuDNN's kernels (2.7 TB/s at 32k keys, batch 1; 3.1 TB/s at 128k, batch 8)."""
+    Swept on an H100 (bf16, 1 query, 32 heads on 8 K/V heads, d = 128, batch 1 and 8, 8k
+    to 128k keys, 36 settings, torch.profiler's kernel time): 64-key tiles, 3 stages, 4
+    warps, 2 programs per SM, within 6% of each shape's best; on an H200, with splits
+    rounded down, 0.98x to 1.04x cuDNN's kernels (``tests/gpu/decode_split_probe.py``)."""
     if not (runtime.is_gpu() if compiled is None else compiled):
         return dict(block_n=16, num_warps=4, num_stages=1, target_programs=8)
     sms = sms or _sm_count(device)

@@ -16,9 +16,10 @@ The work is all in the keys, so the keys are what gets split:
   the same rescaling the online softmax does between tiles, done once between splits.
 
 Each K and V byte is read once; the partial results are ``splits x rows x d`` fp32, small
-next to the cache. The causal mask works as in the forward kernel (query ``i`` sees keys
-``j <= i + diag``); a split in which a row sees no key gives ``lse_s = -inf`` (weight 0),
-and a row that sees no key at all gets output 0 and ``lse = +inf``.
+next to the cache, written to a workspace kept per stream (:func:`workspace`). The causal
+mask works as in the forward kernel (query ``i`` sees keys ``j <= i + diag``); a split in
+which a row sees no key gives ``lse_s = -inf`` (weight 0), and a row that sees no key at
+all gets output 0 and ``lse = +inf``.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ MAX_SPLITS = 64         # a row's partial results merge as one tile of at most t
 
 
 @triton.jit
-def attention_decode_split_kernel(Q, K, V, O_PART, LSE_PART, sm_scale,
+def attention_decode_split_kernel(Q, K, V, WORK, sm_scale,
                                   stride_qb, stride_qh, stride_qm,
                                   stride_kb, stride_kh, stride_kn,
                                   stride_vb, stride_vh, stride_vn,
-                                  kv_heads, seq_q, seq_k, diag, keys_per_split,
+                                  kv_heads, seq_q, seq_k, diag, keys_per_split, lse_at,
                                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                                   BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
                                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
@@ -87,6 +88,8 @@ def attention_decode_split_kernel(Q, K, V, O_PART, LSE_PART, sm_scale,
         acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])
         m_i = m_new
 
+    # The workspace: every split's partial outputs, then their log-sum-exps from lse_at.
+    O_PART, LSE_PART = WORK, WORK + lse_at
     saw_keys = m_i > float("-inf")
     part = (batch_kv_head * tl.num_programs(1) + split).to(tl.int64) * BLOCK_R + r
     tl.store(LSE_PART + part, tl.where(saw_keys, m_i + tl.math.log2(l_i), float("-inf")))
@@ -95,13 +98,14 @@ def attention_decode_split_kernel(Q, K, V, O_PART, LSE_PART, sm_scale,
 
 
 @triton.jit
-def attention_decode_combine_kernel(O_PART, LSE_PART, O, LSE,
+def attention_decode_combine_kernel(WORK, O, LSE,
                                     stride_ob, stride_oh, stride_om,
-                                    kv_heads, seq_q, splits,
+                                    kv_heads, seq_q, splits, lse_at,
                                     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                                     BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
                                     BLOCK_S: tl.constexpr):
     """One row a program: its ``splits`` partial results loaded as one tile and merged."""
+    O_PART, LSE_PART = WORK, WORK + lse_at
     batch_kv_head = tl.program_id(0)
     r = tl.program_id(1)                   # the row, as in the split kernel
     s = tl.arange(0, BLOCK_S)
@@ -132,11 +136,17 @@ def rows(heads: int, kv_heads: int, seq_q: int) -> int:
 
 
 def split_keys(programs: int, seq_k: int, block_n: int, target: int) -> tuple[int, int]:
-    """``(splits, keys_per_split)``: enough splits that ``programs`` (batch x K/V heads)
-    times them reach ``target`` programs (at most ``MAX_SPLITS``), each split a whole
-    number of ``block_n`` tiles."""
+    """``(splits, keys_per_split)``: as many splits as ``programs`` (batch x K/V heads)
+    times them fit in ``target`` programs (at least one, at most ``MAX_SPLITS``), each
+    split a whole number of ``block_n`` tiles.
+
+    Rounded down, not up: ``target`` is what the GPU runs at once (one wave), and every
+    split streams as many keys as the others, so a program past the wave streams its keys
+    while most SMs wait. At batch 8 with 8 K/V heads, rounding up gave 5 splits, 320
+    programs for 264 places; 4 splits (256) took 0.93x the kernel time at 8k-128k keys
+    (``tests/gpu/decode_split_probe.py``, an H200: 931 against 997 us at 128k keys)."""
     tiles = triton.cdiv(seq_k, block_n)
-    want = max(1, min(tiles, MAX_SPLITS, triton.cdiv(target, programs)))
+    want = max(1, min(tiles, MAX_SPLITS, target // programs))
     keys_per_split = triton.cdiv(tiles, want) * block_n
     return triton.cdiv(seq_k, keys_per_split), keys_per_split
 
@@ -147,6 +157,29 @@ def split_keys(programs: int, seq_k: int, block_n: int, target: int) -> tuple[in
 # the GPU's, paces a decoding step against a short cache).
 _plans: dict = {}
 MAX_PLANS = 256
+
+# The splits' partial results go to a workspace kept per device and stream, grown as
+# needed, not allocated for each call: on the lent H200 machine a ``torch.empty`` cost the
+# host 8 us and a launch 9 us, and a decoding step made four of one and two of the other
+# (``tests/gpu/host_parts_probe.py``). Reuse is safe on one stream: a call's split kernel
+# is queued after the previous call's combine kernel, which read the workspace. Another
+# stream gets its own; under CUDA-graph capture each call allocates (the graph's memory).
+_workspaces: dict = {}
+MAX_WORKSPACES = 16
+
+
+def workspace(device: torch.device, numel: int) -> torch.Tensor:
+    """At least ``numel`` float32s for the current stream of ``device`` to write the
+    splits' partial results into (a fresh tensor off the GPU, or under graph capture)."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return torch.empty(numel, dtype=torch.float32, device=device)
+    key = (device.index, triton.runtime.driver.active.get_current_stream(device.index))
+    work = _workspaces.get(key)
+    if work is None or work.numel() < numel:
+        if len(_workspaces) >= MAX_WORKSPACES:
+            _workspaces.clear()
+        work = _workspaces[key] = torch.empty(numel, dtype=torch.float32, device=device)
+    return work
 
 
 def _plan_key(q, k, v, diagonal, block_n, num_warps, num_stages, target_programs) -> tuple:
@@ -167,10 +200,9 @@ def launch(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n: i
             _plans.clear()
         plan = _plans[key] = _plan(q, k, v, diagonal, block_n, num_warps, num_stages,
                                    target_programs)
-    o_part = torch.empty(plan["o_part"], dtype=torch.float32, device=q.device)
-    lse_part = torch.empty(plan["lse_part"], dtype=torch.float32, device=q.device)
-    split_args = (q, k, v, o_part, lse_part, sm_scale, *plan["split_args"])
-    combine_args = (o_part, lse_part, o, lse, *plan["combine_args"])
+    work = workspace(q.device, plan["work"])
+    split_args = (q, k, v, work, sm_scale, *plan["split_args"])
+    combine_args = (work, o, lse, *plan["combine_args"])
     if plan["runners"] is not None:
         plan["runners"][0](*split_args)
         plan["runners"][1](*combine_args)
@@ -191,8 +223,9 @@ def kept_call(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n
     """After :func:`launch` ran this call's plan compiled: ``call(q, k, v) -> (o, lse)``
     for later tensors of the same shapes, strides, dtype, device and alignment (3-D or
     4-D, as these were; their checks passed once for all), with nothing but the outputs'
-    allocation and the two compiled launches. ``None`` before that (or in the
-    interpreter), or where the launches do not give the call's ``o`` and ``lse`` again.
+    allocation, the workspace's lookup and the two compiled launches. ``None`` before that
+    (or in the interpreter), or where the launches do not give the call's ``o`` and ``lse``
+    again.
     ``q``, ``k``, ``v``, ``o``, ``lse``: the caller's tensors (3-D ones count as one head).
 
     A decoding step against a short cache takes about 11 us of GPU time; the call's checks
@@ -205,7 +238,7 @@ def kept_call(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n
         return None
     split, combine = plan["runners"]
     split_args, combine_args = plan["split_args"], plan["combine_args"]
-    n_o, n_lse = plan["o_part"], plan["lse_part"]
+    n_work = plan["work"]
     device, dtype = q.device, q.dtype
     o_shape, lse_shape = q.shape, q.shape[:-1]     # contiguous, as the launcher made them
     f32 = torch.float32
@@ -215,20 +248,18 @@ def kept_call(q, k, v, o, lse, diagonal: int | None, sm_scale: float, *, block_n
         lse = torch.empty(lse_shape, dtype=f32, device=device)
         # Two allocations, not views of one: slicing a tensor costs the host more than
         # allocating one (about 1.9 us a view against 1.8 us, on the course's CPU machine).
-        o_part = torch.empty(n_o, dtype=f32, device=device)
-        lse_part = torch.empty(n_lse, dtype=f32, device=device)
+        work = workspace(device, n_work)
         # A tensor argument is its address: the 3-D tensors are the 4-D views' own.
-        split(q, k, v, o_part, lse_part, sm_scale, *split_args)
-        combine(o_part, lse_part, o, lse, *combine_args)
+        split(q, k, v, work, sm_scale, *split_args)
+        combine(work, o, lse, *combine_args)
         return o, lse
 
     # Once, into buffers of NaN (which equals nothing): the call's outputs again.
     o_again, lse_again = (torch.full_like(x, float("nan")) for x in (o, lse))
-    o_part = torch.empty(n_o, dtype=f32, device=device)
-    lse_part = torch.empty(n_lse, dtype=f32, device=device)
+    work = workspace(device, n_work)
     try:
-        split(q, k, v, o_part, lse_part, sm_scale, *split_args)
-        combine(o_part, lse_part, o_again, lse_again, *combine_args)
+        split(q, k, v, work, sm_scale, *split_args)
+        combine(work, o_again, lse_again, *combine_args)
     except Exception:   # noqa: BLE001 - a launcher that fails: the usual path serves
         return None
     return call if torch.equal(o_again, o) and torch.equal(lse_again, lse) else None
@@ -242,18 +273,20 @@ def _plan(q, k, v, diagonal, block_n, num_warps, num_stages, target_programs) ->
     block_d = triton.next_power_of_2(head_dim)
     splits, keys_per_split = split_keys(batch * kv_heads, seq_k, block_n, target_programs)
     group, causal = heads // kv_heads, diagonal is not None
+    # The workspace: the partial outputs (fp32, a row of block_d for each row of each
+    # split), then their log-sum-exps, from lse_at on.
+    lse_at = batch * kv_heads * splits * block_r * block_d
     return {
         "splits": splits, "runners": None,
-        "o_part": batch * kv_heads * splits * block_r * block_d,
-        "lse_part": batch * kv_heads * splits * block_r,
+        "work": lse_at + batch * kv_heads * splits * block_r,
         "split_grid": (batch * kv_heads, splits, 1),      # three axes: a launcher's grid
         "split_args": (q.stride(0), q.stride(1), q.stride(2),
                        k.stride(0), k.stride(1), k.stride(2),
                        v.stride(0), v.stride(1), v.stride(2),
-                       kv_heads, seq_q, seq_k, diagonal or 0, keys_per_split,
+                       kv_heads, seq_q, seq_k, diagonal or 0, keys_per_split, lse_at,
                        group, head_dim, block_d, block_r, block_n, causal),
         "combine_grid": (batch * kv_heads, rows(heads, kv_heads, seq_q), 1),
         "combine_args": (heads * seq_q * head_dim, seq_q * head_dim, head_dim,
-                         kv_heads, seq_q, splits, group, head_dim, block_d, block_r,
+                         kv_heads, seq_q, splits, lse_at, group, head_dim, block_d, block_r,
                          triton.next_power_of_2(splits)),
     }

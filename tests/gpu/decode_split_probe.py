@@ -1,0 +1,80 @@
+"""Probe: does the split-KV decode lose its last few percent to a second, partial wave?
+
+``decode_config`` aims at two programs per SM (264 on 132 SMs) and ``split_keys`` rounds
+the splits *up* to reach that: at batch 8 with 8 K/V heads (64 pairs) that is 5 splits,
+320 programs, one full wave of 264 and a tail of 56 that stream their keys while most SMs
+idle. Rounding down (4 splits, 256 programs, one wave) or splitting finer (many waves, a
+small tail) should not pay that. The record read our kernels at 0.96x cuDNN's at batch 8.
+
+For batch 1 and 8, 8k-128k keys, one query, 32 heads on 8 K/V heads, d = 128, bf16: the
+kernels' time (torch.profiler, as the record takes it) and a cold-L2 call time
+(``do_bench``) of ours with several program targets and tiles, beside SDPA's default.
+
+    PYTHONPATH=$PWD python3 tests/gpu/decode_split_probe.py      # also $OUT/decode_split.json
+"""
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+
+from helpers import bench
+from helpers.experiments.attention_decode import kernel_us
+from helpers.kernels import attention as ak
+from helpers.kernels.attention import decode
+
+SMS = torch.cuda.get_device_properties(0).multi_processor_count
+results = []
+for batch in (1, 8):
+    for keys in (8192, 32768, 131072):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(batch, 32, 1, 128, device="cuda", generator=g).bfloat16()
+        k, v = (torch.randn(batch, 8, keys, 128, device="cuda", generator=g).bfloat16()
+                for _ in range(2))
+        pairs = batch * 8
+        one_wave = pairs * max(1, (2 * SMS) // pairs)        # splits rounded down
+        base = ak.decode_config(128, q.dtype, q.device)
+        cases = {"sdpa": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}
+        settings = {
+            "default (2/SM, up)": {},
+            "2/SM, down": {"target_programs": one_wave},
+            "1/SM, down": {"target_programs": pairs * max(1, SMS // pairs)},
+            "3/SM, down": {"target_programs": pairs * max(1, (3 * SMS) // pairs)},
+            "8/SM": {"target_programs": 8 * SMS},
+            "2/SM down, 4 stages": {"target_programs": one_wave, "num_stages": 4},
+            "2/SM down, 128 keys w8": {"target_programs": one_wave, "block_n": 128,
+                                       "num_warps": 8, "num_stages": 2},
+        }
+        for name, cfg in settings.items():
+            cfg = {**base, **cfg}
+            cases[name] = (lambda cfg=cfg: ak.flash_decode_forward(q, k, v, "bottom_right",
+                                                                     **cfg))
+        want = cases["sdpa"]()
+        row = {"batch": batch, "keys": keys, "kv_bytes": 2 * k.numel() * 2, "cases": {}}
+        for name, fn in cases.items():
+            out = fn()
+            out = out if name == "sdpa" else out[0]
+            err = float((out.float() - want.float()).abs().max())
+            us, _ = kernel_us(fn)
+            cfg = {**base, **settings.get(name, {})}
+            splits = None if name == "sdpa" else decode.split_keys(
+                pairs, keys, cfg["block_n"], cfg["target_programs"])[0]
+            row["cases"][name] = {"kernel_us": round(us, 1), "splits": splits,
+                                  "programs": None if splits is None else splits * pairs,
+                                  "err": err}
+        timed = bench.time_rounds(cases, rounds=3)
+        for name, t in timed.items():
+            c = row["cases"][name]
+            c["call_us"] = round(t["ms"] * 1e3, 1)
+            c["tb_s"] = round(row["kv_bytes"] / (c["kernel_us"] * 1e-6) / 1e12, 2)
+        sd = row["cases"]["sdpa"]["kernel_us"]
+        print(f"batch {batch} keys {keys}:")
+        for name, c in row["cases"].items():
+            print(f"  {name:26s} kernels {c['kernel_us']:7.1f} us ({c['tb_s']:.2f} TB/s, "
+                  f"{sd / c['kernel_us']:.3f}x sdpa)  call {c['call_us']:7.1f} us  "
+                  f"programs {c['programs']}  err {c['err']:.1e}", flush=True)
+        results.append(row)
+out = os.environ.get("OUT")
+if out:
+    with open(os.path.join(out, "decode_split.json"), "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "rows": results}, f, indent=1)
