@@ -57,8 +57,7 @@ key = kept.call_key(q, k, v, "bottom_right", None)
 found = kept.lookup(key)
 assert callable(found), f"no kept call: {found!r}"
 plan = next(iter(decode._plans.values()))
-o_part = torch.empty(plan["o_part"], dtype=torch.float32, device="cuda")
-lse_part = torch.empty(plan["lse_part"], dtype=torch.float32, device="cuda")
+work = decode.workspace(q.device, plan["work"])
 o, lse = torch.empty_like(q), torch.empty(q.shape[:-1], dtype=torch.float32, device="cuda")
 combine = plan["runners"][1]
 rows.append(parts("decode 1 x 8k, batch 1", {
@@ -66,7 +65,7 @@ rows.append(parts("decode 1 x 8k, batch 1", {
     "call_key + lookup": lambda: kept.lookup(kept.call_key(q, k, v, "bottom_right", None)),
     "kept call": lambda: found(q, k, v),
     "torch.empty": lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device),
-    "one launch (combine)": lambda: combine(o_part, lse_part, o, lse, *plan["combine_args"]),
+    "one launch (combine)": lambda: combine(work, o, lse, *plan["combine_args"]),
     "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}))
 
 q, k, v = (torch.randn(4, 16, 512, 64, device="cuda", dtype=torch.float16, requires_grad=True)

@@ -173,7 +173,8 @@ def workspace(device: torch.device, numel: int) -> torch.Tensor:
     splits' partial results into (a fresh tensor off the GPU, or under graph capture)."""
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return torch.empty(numel, dtype=torch.float32, device=device)
-    key = (device.index, triton.runtime.driver.active.get_current_stream(device.index))
+    index = torch.cuda.current_device() if device.index is None else device.index
+    key = (index, triton.runtime.driver.active.get_current_stream(index))
     work = _workspaces.get(key)
     if work is None or work.numel() < numel:
         if len(_workspaces) >= MAX_WORKSPACES:
