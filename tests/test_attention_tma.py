@@ -6,12 +6,10 @@ Q and dO tiles, dQ its K and V). The descriptor path must give what the
 pointer path gives everywhere it is taken (in the interpreter, which emulates descriptors,
 the very same bits): partial last tiles, whose rows past the sequence the unit fills with
 zeros, both causal alignments on unequal lengths, rows that see no key, grouped-query
-heads, 3-D inputs. A head two powers of two wide (80 = 64 + 16) goes to the split forward,
-which reads each piece of K and V through a descriptor of its own. Where the unit cannot
-read the tensors (:func:`forward.tma_ok`: a padded head, 4-byte elements, a stride that is
-not a multiple of 16 bytes, an address off a 16-byte boundary, heads broadcast with stride
-0; for the backward, a split head too), a setting that asks for it takes pointers instead,
-and the tuner offers such settings only where it can.
+heads, 3-D inputs. Where the unit cannot read the tensors (:func:`forward.tma_ok`: a split
+or padded head, 4-byte elements, a stride that is not a multiple of 16 bytes, an address
+off a 16-byte boundary, heads broadcast with stride 0), a setting that asks for it takes
+pointers instead, and the tuner offers such settings only where it can.
 """
 
 from __future__ import annotations
@@ -80,25 +78,6 @@ def test_descriptors_give_the_pointer_paths_output(case):
         assert torch.equal(o, o_ptr) and torch.equal(lse, lse_ptr)
 
 
-@pytest.mark.parametrize("d", [80, 96] if not COMPILED else [80, 96, 192])
-@pytest.mark.parametrize("causal", [False, True, "bottom_right"], ids=str)
-def test_a_split_head_reads_each_piece_through_a_descriptor(d, causal):
-    """d = 80 is 64 + 16 columns: two boxes of K and two of V a tile, each a power of two
-    wide, from descriptors of the whole head (the backward holds it padded: no descriptor)."""
-    q, k, v = make(1, 4, 2, 45 if COMPILED else 37, 70 if COMPILED else 45, d)
-    assert attention_forward.tma_ok(q, k, v, pieces=True) and takes_descriptors(q, k, v)
-    assert not attention_forward.tma_ok(q, k, v), "not for the backward: a padded head"
-    o, lse = A.flash_attention_forward(q, k, v, causal, **TILES, tma=True)
-    o_ref, lse_ref = A.attention_reference(q.double(), k.double(), v.double(), causal)
-    seen = lse_ref.isfinite()
-    assert torch.equal(lse.isfinite(), seen), "the same rows see no key"
-    assert_close(o.double(), o_ref, *A.TOLERANCES[DTYPE], f"d = {d} output")
-    assert_close(lse[seen].double(), lse_ref[seen], 1e-3, 1e-3, f"d = {d} lse")
-    if not COMPILED:      # the interpreter emulates the unit: the very same bits
-        o_ptr, lse_ptr = A.flash_attention_forward(q, k, v, causal, **TILES)
-        assert torch.equal(o, o_ptr) and torch.equal(lse, lse_ptr)
-
-
 def test_three_dimensional_inputs_through_descriptors():
     q, k, v = (x[0] for x in make(1, 3, 3, 37, 37, 32))
     o, lse = A.flash_attention_forward(q, k, v, True, **TILES, tma=True)
@@ -115,9 +94,11 @@ def _unreadable():
     flat = torch.randn(2 * 40 * 64 + 1, dtype=DTYPE, device=DEVICE)
     shifted = flat[1:].view(1, 2, 40, 64)                        # 2 bytes off 16
     broadcast = k[:, :1].expand(1, 2, 40, 64)                    # heads with stride 0
+    q80, k80, v80 = make(1, 2, 2, 40, 40, 80)
     q112, k112, v112 = make(1, 2, 2, 40, 40, 112)
     return {
         "4-byte elements": (q.float(), k.float(), v.float()),
+        "a split head (80)": (q80, k80, v80),
         "a padded head (112)": (q112, k112, v112),
         "a row stride of 136 bytes": (q, wide, v),
         "an address 2 bytes off 16": (q, k, shifted),

@@ -328,7 +328,7 @@ def flash_attention_forward(q, k, v, causal: bool = False, sm_scale=None, **conf
     settings = {**table, **config} if config else tuning.choose(
         "forward", q4, k4, diagonal is not None, table, run,
         attention_forward.kernel_for(q4.shape[-1]), attention_forward.held(q4.shape[-1]),
-        attention_forward.tma_ok(q4, q4, k4, v4, pieces=True))
+        attention_forward.tma_ok(q4, q4, k4, v4))
     if settings["block_m"] % settings["block_n"]:
         raise ValueError("block_m must be a multiple of block_n: the causal diagonal band "
                          "is block_m keys wide and is walked in tiles of block_n")

@@ -258,17 +258,15 @@ def held(head_dim: int) -> int:
     return head_dim if _split(head_dim) else triton.next_power_of_2(head_dim)
 
 
-def tma_ok(q, *streamed, pieces: bool = False) -> bool:
+def tma_ok(q, *streamed) -> bool:
     """Whether the tiles of ``streamed`` (the forward's Q, K and V, the backward's Q and dO
-    or K and V) can come through tensor descriptors: a head held whole (``q``'s: a power of
-    two, 16 to 256 wide, not split) or, with ``pieces`` (the forward), one the split kernel
-    holds in two pieces, each a box of its own; 2-byte elements, each tensor on a 16-byte
-    boundary with every stride but the last a non-zero multiple of 16 bytes (the TMA unit's
-    rules), compiled on a GPU that has the unit (Hopper, compute capability 9, or later) or
-    in the interpreter, which emulates it."""
+    or K and V) can come through tensor descriptors: a head held whole (``q``'s: a power of two,
+    16 to 256 wide, not split), 2-byte elements, each tensor on a 16-byte boundary with
+    every stride but the last a non-zero multiple of 16 bytes (the TMA unit's rules),
+    compiled on a GPU that has the unit (Hopper, compute capability 9, or later) or in the
+    interpreter, which emulates it."""
     d = q.shape[-1]
-    whole = not _split(d) and d & (d - 1) == 0
-    if not (whole or (pieces and _split(d))) or not 16 <= d <= 256 or q.element_size() != 2:
+    if _split(d) or d & (d - 1) or not 16 <= d <= 256 or q.element_size() != 2:
         return False
     for t in streamed:
         if t.data_ptr() % 16 or any(s <= 0 or s * t.element_size() % 16 for s in t.stride()[:3]):
@@ -276,10 +274,10 @@ def tma_ok(q, *streamed, pieces: bool = False) -> bool:
     return not runtime.is_gpu() or _has_tma(q.get_device())
 
 
-def use_descriptors(asked, q, *streamed, pieces: bool = False) -> bool:
+def use_descriptors(asked, q, *streamed) -> bool:
     """A launch's ``TMA``: asked for (a setting's ``tma``) and :func:`tma_ok`. On a GPU, an
     allocator is then set for the descriptors' scratch memory where none is."""
-    use = bool(asked) and tma_ok(q, *streamed, pieces=pieces)
+    use = bool(asked) and tma_ok(q, *streamed)
     if use and runtime.is_gpu():
         allocator_for_descriptors()
     return use
@@ -314,8 +312,7 @@ def _arguments(q, k, v, o, diagonal: int | None, block_m: int, block_n: int, tma
     constexprs = dict(GROUP=heads // k.shape[1], HEAD_DIM=head_dim)
     if _split(head_dim):
         constexprs.update(forward_split.constexprs(head_dim), BLOCK_M=block_m,
-                          BLOCK_N=block_n, CAUSAL=diagonal is not None,
-                          TMA=use_descriptors(tma, q, k, v, pieces=True))
+                          BLOCK_N=block_n, CAUSAL=diagonal is not None)
     else:
         constexprs.update(BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=block_m,
                           BLOCK_N=block_n, CAUSAL=diagonal is not None,

@@ -68,45 +68,20 @@ def _load_rows(ptrs, rows, n_rows, MASK_ROWS: tl.constexpr):
 
 
 @triton.jit
-def piece_descriptor(X, batch, heads, seq, stride_b, stride_h, stride_row,
-                     HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr, WIDTH: tl.constexpr):
-    """A tensor descriptor of a (batch, heads, seq, HEAD_DIM) tensor, read ``BLOCK_ROWS``
-    rows by ``WIDTH`` columns at a time: one piece of a head (a tile's box is a power of
-    two wide; the head is not). Made on the GPU, as :mod:`.forward`'s."""
-    return tl.make_tensor_descriptor(X, [batch, heads, seq, HEAD_DIM],
-                                     [stride_b, stride_h, stride_row, 1],
-                                     [1, 1, BLOCK_ROWS, WIDTH])
-
-
-@triton.jit
-def _piece(src, desc, b, h, start, col, stride_row, n_rows, WIDTH: tl.constexpr,
-           BLOCK_ROWS: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr):
-    """Rows ``start ..`` of head ``h``, columns ``col .. col + WIDTH``: through the
-    descriptor ``desc`` (``TMA``; rows past the sequence arrive as zeros), or through
-    pointers from the head's start ``src``."""
-    if TMA:
-        x = desc.load([b, h, start, col]).reshape(BLOCK_ROWS, WIDTH)
-    else:
-        rows = start + tl.arange(0, BLOCK_ROWS)
-        dims = col + tl.arange(0, WIDTH)
-        x = _load_rows(src + rows[:, None] * stride_row + dims[None, :], rows, n_rows, MASKED)
-    return x
-
-
-@triton.jit
-def _visit_key_tiles_split(acc1, acc2, l_i, m_i, q1, q2, k_head, v_head, k1_desc, k2_desc,
-                           v1_desc, v2_desc, b, h_kv, stride_kn, stride_vn, rows, start, stop,
-                           seq_k, diag, qk_scale, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
-                           BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                           TMA: tl.constexpr):
+def _visit_key_tiles_split(acc1, acc2, l_i, m_i, q1, q2, k_head, v_head, stride_kn,
+                           stride_vn, rows, start, stop, seq_k, diag, qk_scale,
+                           BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
+                           BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """:mod:`.forward`'s inner loop with the head in two pieces."""
+    dims1 = tl.arange(0, BLOCK_D)
+    dims2 = BLOCK_D + tl.arange(0, BLOCK_E)
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + tl.arange(0, BLOCK_N)
-        k1 = _piece(k_head, k1_desc, b, h_kv, start_n, 0, stride_kn, seq_k, BLOCK_D, BLOCK_N,
-                    MASKED, TMA)
-        k2 = _piece(k_head, k2_desc, b, h_kv, start_n, BLOCK_D, stride_kn, seq_k, BLOCK_E,
-                    BLOCK_N, MASKED, TMA)
+        k1 = _load_rows(k_head + cols[:, None] * stride_kn + dims1[None, :], cols, seq_k,
+                        MASKED)
+        k2 = _load_rows(k_head + cols[:, None] * stride_kn + dims2[None, :], cols, seq_k,
+                        MASKED)
         # One score tile from two products: the second accumulates onto the first.
         s = tl.dot(q1, tl.trans(k1))
         s = tl.dot(q2, tl.trans(k2), s) * qk_scale
@@ -119,10 +94,10 @@ def _visit_key_tiles_split(acc1, acc2, l_i, m_i, q1, q2, k_head, v_head, k1_desc
         p = tl.math.exp2(s - m_new[:, None])
         rescale = tl.math.exp2(m_i - m_new)
         l_i = l_i * rescale + tl.sum(p, 1)
-        v1 = _piece(v_head, v1_desc, b, h_kv, start_n, 0, stride_vn, seq_k, BLOCK_D, BLOCK_N,
-                    MASKED, TMA)
-        v2 = _piece(v_head, v2_desc, b, h_kv, start_n, BLOCK_D, stride_vn, seq_k, BLOCK_E,
-                    BLOCK_N, MASKED, TMA)
+        v1 = _load_rows(v_head + cols[:, None] * stride_vn + dims1[None, :], cols, seq_k,
+                        MASKED)
+        v2 = _load_rows(v_head + cols[:, None] * stride_vn + dims2[None, :], cols, seq_k,
+                        MASKED)
         p = p.to(v1.dtype)
         acc1 = tl.dot(p, v1, acc1 * rescale[:, None])
         acc2 = tl.dot(p, v2, acc2 * rescale[:, None])
@@ -140,7 +115,7 @@ def attention_fwd_split_kernel(Q, K, V, O, LSE, sm_scale,
                                GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                                BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                               CAUSAL: tl.constexpr, TMA: tl.constexpr = False):
+                               CAUSAL: tl.constexpr):
     tl.static_assert(BLOCK_D + BLOCK_E == HEAD_DIM)
     pid_m = tl.program_id(0)
     batch_head = tl.program_id(1)
@@ -163,29 +138,14 @@ def attention_fwd_split_kernel(Q, K, V, O, LSE, sm_scale,
     acc1 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     acc2 = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     qk_scale = sm_scale * LOG2_E
-    # With TMA, each piece of K and V through a descriptor of its own (pointers: unused).
-    k1_desc, k2_desc, v1_desc, v2_desc = k_head, k_head, v_head, v_head
-    if TMA:
-        batch, kv_heads = tl.num_programs(1) // heads, heads // GROUP
-        k1_desc = piece_descriptor(K, batch, kv_heads, seq_k, stride_kb, stride_kh, stride_kn,
-                                   HEAD_DIM, BLOCK_N, BLOCK_D)
-        k2_desc = piece_descriptor(K, batch, kv_heads, seq_k, stride_kb, stride_kh, stride_kn,
-                                   HEAD_DIM, BLOCK_N, BLOCK_E)
-        v1_desc = piece_descriptor(V, batch, kv_heads, seq_k, stride_vb, stride_vh, stride_vn,
-                                   HEAD_DIM, BLOCK_N, BLOCK_D)
-        v2_desc = piece_descriptor(V, batch, kv_heads, seq_k, stride_vb, stride_vh, stride_vn,
-                                   HEAD_DIM, BLOCK_N, BLOCK_E)
-    b32, h_kv32 = b.to(tl.int32), h_kv.to(tl.int32)         # the descriptors' coordinates
 
     unmasked_end, stop = key_tile_range(pid_m * BLOCK_M, seq_k, diag, BLOCK_M, BLOCK_N, CAUSAL)
     acc1, acc2, l_i, m_i = _visit_key_tiles_split(
-        acc1, acc2, l_i, m_i, q1, q2, k_head, v_head, k1_desc, k2_desc, v1_desc, v2_desc,
-        b32, h_kv32, stride_kn, stride_vn, rows, 0, unmasked_end, seq_k, diag, qk_scale,
-        BLOCK_D, BLOCK_E, BLOCK_N, False, CAUSAL, TMA)
+        acc1, acc2, l_i, m_i, q1, q2, k_head, v_head, stride_kn, stride_vn, rows, 0,
+        unmasked_end, seq_k, diag, qk_scale, BLOCK_D, BLOCK_E, BLOCK_N, False, CAUSAL)
     acc1, acc2, l_i, m_i = _visit_key_tiles_split(
-        acc1, acc2, l_i, m_i, q1, q2, k_head, v_head, k1_desc, k2_desc, v1_desc, v2_desc,
-        b32, h_kv32, stride_kn, stride_vn, rows, unmasked_end, stop, seq_k, diag, qk_scale,
-        BLOCK_D, BLOCK_E, BLOCK_N, True, CAUSAL, TMA)
+        acc1, acc2, l_i, m_i, q1, q2, k_head, v_head, stride_kn, stride_vn, rows,
+        unmasked_end, stop, seq_k, diag, qk_scale, BLOCK_D, BLOCK_E, BLOCK_N, True, CAUSAL)
 
     saw_keys = m_i > float("-inf")
     o1 = tl.where(saw_keys[:, None], acc1 / l_i[:, None], 0.0)
