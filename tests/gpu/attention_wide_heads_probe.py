@@ -14,7 +14,7 @@ Read on an H200 (triton 3.6, torch 2.11), TFLOP/s, ours best / SDPA's default (c
 d = 192, 483.8 / 627.4 non-causal (128 x 64, 8 warps, 3 stages), 423.6 / 550.9 causal;
 d = 256, 516.6 / 643.9 (128 x 64, 8 warps, 2 stages, descriptors) and 465.9 / 579.9. The
 tuner picked the best setting, or one within 1.5%, in all four; no setting outside its
-space came near (128 x 32 with 8 warps next, 10-14% behind), and every wider or deeper
+space came near (128 x 32 with 8 warps next, 9-14% behind), and every wider or deeper
 one runs out of shared memory. So the space is not what holds d = 192 at 0.77x and
 d = 256 at 0.80x.
 
