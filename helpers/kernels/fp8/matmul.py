@@ -165,17 +165,6 @@ def scaled_matmul(a, b, a_scale, b_scale, scaling: str = "tensor", *,
                             *c.stride(), *a_scale.stride(), *b_scale.stride(), SCALING=mode,
                             PROMOTE=min(promote_every, setting["BLOCK_K"]), **setting)
     return c
-    setting = dict(setting or (CPU_SETTING if runtime.is_cpu() else GPU_SETTING))
-    if scaling == "block":
-        setting["BLOCK_K"] = SCALE_BLOCK
-        if SCALE_BLOCK % setting["BLOCK_N"]:
-            raise ValueError(f"block scaling needs BLOCK_N to divide {SCALE_BLOCK} (one scale "
-                             f"of B per tile column block); got {setting['BLOCK_N']}")
-    grid = (triton.cdiv(M, setting["BLOCK_M"]) * triton.cdiv(N, setting["BLOCK_N"]),)
-    fp8_matmul_kernel[grid](a, b, c, a_scale, b_scale, M, N, K, *a.stride(), *b.stride(),
-                            *c.stride(), a_scale.stride(0), b_scale.stride(0),
-                            SCALING=SCALINGS[scaling], PROMOTE_EVERY=promote_every, **setting)
-    return c
 
 
 def scaled_matmul_reference(a, b, a_scale, b_scale, scaling: str = "tensor") -> torch.Tensor:
