@@ -88,7 +88,12 @@ def test_lesson_06s_decode_table_reads_each_gpus_record(gpu):
     group = experiment.HEADS // experiment.KV_HEADS
     for row, r in zip(rows, rec.results["decode"]):
         assert row["ours / SDPA"] == round(r["sdpa"]["call_ms"] / r["ours"]["call_ms"], 2)
-        assert row["our programs"] % (r["batch"] * experiment.KV_HEADS) == 0
+        if "programs" in r["ours"]:     # recorded since the splits fill one wave at most
+            assert row["our programs"] == r["ours"]["programs"]
+            assert row["our programs"] % (r["batch"] * experiment.KV_HEADS) == 0
+            assert row["our programs"] <= 2 * rec.provenance["sm_count"], row
+        else:
+            assert row["our programs"] == "-"
         if row["ours / SDPA"] >= 1.5:
             assert row["SDPA runs"] == "flash" and row["FA-2 cache reads"] == group, row
             assert r["sdpa"]["hbm_fraction"] < 0.5, r

@@ -33,6 +33,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from .. import bench, intensity
 from ..kernels import attention as ak
+from ..kernels.attention import decode
 from . import experiment
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
@@ -109,6 +110,12 @@ def decode_row(batch: int, keys: int, queries: int, peak_gbs: float) -> dict:
         row[name] = {"call_ms": bench.time_ms(fn), "kernel_us": us, "kernels": names,
                      "hbm_fraction": row["kv_bytes"] / (us * 1e-6) / (peak_gbs * 1e9)}
     row["sdpa_backend"] = backend(row["sdpa"]["kernels"])
+    # The split kernel's programs in this run (batch x K/V heads x splits, by the setting
+    # and rule of the code recorded), for the lesson's table.
+    setting = ak.decode_config(HEAD_DIM, q.dtype, q.device)
+    splits, _ = decode.split_keys(batch * KV_HEADS, keys, setting["block_n"],
+                                  setting["target_programs"])
+    row["ours"]["programs"] = batch * KV_HEADS * splits
     return row
 
 
