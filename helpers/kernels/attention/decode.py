@@ -143,7 +143,7 @@ def split_keys(programs: int, seq_k: int, block_n: int, target: int) -> tuple[in
     Rounded down, not up: ``target`` is what the GPU runs at once (one wave), and every
     split streams as many keys as the others, so a program past the wave streams its keys
     while most SMs wait. At batch 8 with 8 K/V heads, rounding up gave 5 splits, 320
-    programs for 264 places; 4 splits (256) took 0.93x the kernel time at 8k-128k keys
+    programs for 264 places; 4 splits (256) took 0.93-0.94x the kernel time at 8k-128k keys
     (``tests/gpu/decode_split_probe.py``, an H200: 931 against 997 us at 128k keys)."""
     tiles = triton.cdiv(seq_k, block_n)
     want = max(1, min(tiles, MAX_SPLITS, target // programs))
