@@ -1,22 +1,25 @@
 """Probe: does the split-KV decode lose its last few percent to a second, partial wave?
 
-``decode_config`` aims at two programs per SM (264 on 132 SMs) and ``split_keys`` rounds
-the splits *up* to reach that: at batch 8 with 8 K/V heads (64 pairs) that is 5 splits,
-320 programs, one full wave of 264 and a tail of 56 that stream their keys while most SMs
+``decode_config`` aims at two programs per SM (264 on 132 SMs) and ``split_keys`` rounded
+the splits *up* to reach that: at batch 8 with 8 K/V heads (64 pairs), 5 splits, 320
+programs, one full wave of 264 and a tail of 56 that stream their keys while most SMs
 idle. Rounding down (4 splits, 256 programs, one wave) or splitting finer (many waves, a
 small tail) should not pay that. The record read our kernels at 0.96x cuDNN's at batch 8.
+``SWEEP=tiles``: the key tile, warps and stages instead, at the default's programs.
 
 For batch 1 and 8, 8k-128k keys, one query, 32 heads on 8 K/V heads, d = 128, bf16: the
 kernels' time (torch.profiler, as the record takes it) and a cold-L2 call time
 (``do_bench``) of ours with several program targets and tiles, beside SDPA's default.
 
     PYTHONPATH=$PWD python3 tests/gpu/decode_split_probe.py      # also $OUT/decode_split.json
+    SWEEP=tiles BATCHES=8 PYTHONPATH=$PWD python3 tests/gpu/decode_split_probe.py  # tiles
 
-Read on an H200 (triton 3.6, torch 2.11), kernels' us, the default (rounded up) / rounded
-down / SDPA's cuDNN: batch 8, 8k keys 70.4 / 66.0 / 65.2, 32k 255.8 / 240.4 / 237.3, 128k
-997.4 / 931.2 / 924.9; at batch 1 both rules make the same 256-264 programs (10.6, 36.7,
-125.1 us against cuDNN's 11.0, 36.7, 122.9). One, three or eight programs per SM, 4 stages
-and 128-key tiles with 8 warps beat two per SM rounded down by 0.2% at most, anywhere.
+Read on an H200 (triton 3.6, torch 2.11), with the default then rounding up and the
+rounded down case passed as ``target_programs``, kernels' us, rounded up / rounded down /
+cuDNN: batch 8, 8k keys 70.4 / 66.0 / 65.2, 32k 255.8 / 240.4 / 237.3, 128k 997.4 / 931.2 /
+924.9; at batch 1 both rules make the same 256-264 programs (10.6, 36.7, 125.1 us against
+cuDNN's 11.0, 36.7, 122.9). One, three or eight programs per SM, 4 stages and 128-key
+tiles with 8 warps beat two per SM rounded down by 0.2% at most, anywhere.
 ``split_keys`` has rounded down since.
 """
 import json
@@ -32,25 +35,30 @@ from helpers.kernels.attention import decode
 
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
 results = []
-for batch in (1, 8):
+for batch in (int(x) for x in os.environ.get("BATCHES", "1,8").split(",")):
     for keys in (8192, 32768, 131072):
         g = torch.Generator(device="cuda").manual_seed(0)
         q = torch.randn(batch, 32, 1, 128, device="cuda", generator=g).bfloat16()
         k, v = (torch.randn(batch, 8, keys, 128, device="cuda", generator=g).bfloat16()
                 for _ in range(2))
         pairs = batch * 8
-        one_wave = pairs * max(1, (2 * SMS) // pairs)        # splits rounded down
         base = ak.decode_config(128, q.dtype, q.device)
         cases = {"sdpa": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}
         settings = {
-            "default (2/SM, up)": {},
-            "2/SM, down": {"target_programs": one_wave},
-            "1/SM, down": {"target_programs": pairs * max(1, SMS // pairs)},
-            "3/SM, down": {"target_programs": pairs * max(1, (3 * SMS) // pairs)},
+            "default (2/SM)": {},
+            "1/SM": {"target_programs": pairs * max(1, SMS // pairs)},
+            "3/SM": {"target_programs": pairs * max(1, (3 * SMS) // pairs)},
             "8/SM": {"target_programs": 8 * SMS},
-            "2/SM down, 4 stages": {"target_programs": one_wave, "num_stages": 4},
-            "2/SM down, 128 keys w8": {"target_programs": one_wave, "block_n": 128,
-                                       "num_warps": 8, "num_stages": 2},
+            "4 stages": {"num_stages": 4},
+            "128 keys w8": {"block_n": 128, "num_warps": 8, "num_stages": 2},
+        } if os.environ.get("SWEEP") != "tiles" else {
+            "default (2/SM)": {},
+            "64 keys w8 s3": {"num_warps": 8},
+            "64 keys w4 s2": {"num_stages": 2},
+            "128 keys w4 s2": {"block_n": 128, "num_stages": 2},
+            "128 keys w4 s3": {"block_n": 128},
+            "32 keys w4 s4": {"block_n": 32, "num_stages": 4},
+            "64 keys w2 s3": {"num_warps": 2},
         }
         for name, cfg in settings.items():
             cfg = {**base, **cfg}
