@@ -21,6 +21,12 @@ cuDNN: batch 8, 8k keys 70.4 / 66.0 / 65.2, 32k 255.8 / 240.4 / 237.3, 128k 997.
 cuDNN's 11.0, 36.7, 122.9). One, three or eight programs per SM, 4 stages and 128-key
 tiles with 8 warps beat two per SM rounded down by 0.2% at most, anywhere.
 ``split_keys`` has rounded down since.
+
+The tile sweep (``SWEEP=tiles BATCHES=8``, a later call on an H200), kernels at 8k / 32k /
+128k keys against cuDNN's: the default (64 keys, 4 warps, 3 stages) 1.000x / 0.996x /
+0.995x; 2 warps 1.001x / 0.995x / 0.998x; 32 keys, 4 stages 0.981x / 0.993x / 0.999x;
+128 keys 0.957-0.995x; 8 warps 0.985-0.991x; 2 stages 0.91x. At the HBM roof (4.4-4.5
+TB/s of the H200's 4.8 at 32k-128k), every setting that keeps the loads in flight ties.
 """
 import json
 import os
