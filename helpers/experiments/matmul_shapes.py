@@ -222,10 +222,12 @@ def _time_row(shape: Shape, ours, seed: int) -> dict:
     row["first_call_s"] = time.perf_counter() - start
     row["error"] = ((c.float() - want).abs().max() / scale).item()
     row["linear_error"] = ((ours(a, w.t()).float() - want).abs().max() / scale).item()
-    # What the tuner kept for each layout (kernel: v6, persistent or streamk; its setting).
+    # What the tuner kept for each layout (kernel: v6, persistent or streamk; its setting),
+    # and every candidate plan's time as the tuner took it, where this process tuned.
     for name, pair in (("choice", (a, b)), ("linear_choice", (a, w.t()))):
         kept = last_choice(*pair) or {}
-        row[name] = {k: kept[k] for k in ("kernel", "config", "layout") if k in kept}
+        row[name] = {k: kept[k] for k in ("kernel", "config", "layout", "candidates_ms")
+                     if k in kept}
     fns = {"cublas": lambda: torch.matmul(a, b), "ours": lambda: ours(a, b),
            "f_linear": lambda: F.linear(a, w), "ours_linear": lambda: ours(a, w.t())}
     if K % ALIGN or N % ALIGN:          # rows of A or B off 16 bytes: pad them once
