@@ -180,6 +180,19 @@ def test_stream_k_plans_try_the_wide_and_the_narrow_tile_whatever_the_setting():
         assert_product(c, a, b, name[0])
 
 
+def test_stream_k_plans_come_with_any_tile_that_leaves_a_wave_tail():
+    # The tuned path asks for stream-K plans with tails_only: a setting whose tiles fill whole
+    # waves (here 2 x 4 = 8 tiles on the interpreter's 4 "SMs") brings none of its own, yet
+    # the wide and narrow tiles (1 and 2 tiles: part-empty waves) still come.
+    a, b = product(128, 256, 64, torch.float16)
+    whole_waves = TileConfig(64, 64, 64, num_warps=4, num_stages=2, options=mp.NEITHER)
+    assert not mt._wave_tail(a, b, whole_waves) and mt._wave_tail(a, b, sk.WIDE)
+    found = mt._streamk_plans(a, b, plans.VECTOR, whole_waves, tails_only=True)
+    assert sorted(name for name, _ in found) == ["streamk narrow", "streamk wide"]
+    for name, (c, _, _) in found.items():
+        assert_product(c, a, b, name[0])
+
+
 def test_a_decision_saved_as_a_dict_builds_its_plan():
     """A decision on disk holds its setting as the dict of KEYS (a file written before the
     settings became TileConfigs reads the same): the plan built from it runs that setting."""

@@ -301,8 +301,8 @@ def _first_call(a, b, config, key) -> torch.Tensor:
             second = runner_up(matmul_kernel_v6_tuned, known) if kernel == "v6" else None
             if second is not None:
                 candidates["v6 runner-up", row_bytes] = _build(a, b, "v6", second, row_bytes)
-            if kernel == "persistent" and _wave_tail(a, b, built[2]):
-                candidates.update(_streamk_plans(a, b, row_bytes, built[2]))
+            if kernel == "persistent":      # stream-K where some tile leaves a wave tail
+                candidates.update(_streamk_plans(a, b, row_bytes, built[2], tails_only=True))
     times = plans.time_plans({name: run for name, (_, run, _) in candidates.items()}, a, b)
     (name, row_bytes), ms = min(times.items(), key=lambda item: item[1])
     c, run, chosen = candidates[name, row_bytes]
@@ -353,17 +353,20 @@ def _build(a, b, kernel, config, row_bytes, verify=True):
     return c, (lambda a, b: launched(*prepare(a, b))), chosen
 
 
-def _streamk_plans(a, b, row_bytes, setting) -> dict:
+def _streamk_plans(a, b, row_bytes, setting, tails_only=False) -> dict:
     """Stream-K plans (:mod:`~helpers.kernels.matmul.streamk`) with ``setting`` and with the
     128 x 256 and 128 x 128 tiles, each tile once: neither wins everywhere. On an H200
     (``tests/gpu/streamk_tail_probe.py``, fp16) 128 x 256 was faster at 4432 x 904 x 4352
     (75.4 us against 85.7), 128 x 128 at 5968 x 328 x 6656 (69.0 against 92.4; the
-    persistent kernel took 81.8 with 128 x 256) and at 488 x 4432 x 4864."""
+    persistent kernel took 81.8 with 128 x 256) and at 488 x 4432 x 4864. ``tails_only``:
+    tiles that leave a wave tail (:func:`_wave_tail`), whatever the persistent tuner picked
+    (one H200 record lost stream-K at 3048 x 688 x 6144 so: 0.89x cuBLAS fell to 0.69x)."""
     found, tiles = {}, set()
     for name, config in (("streamk", setting), ("streamk wide", streamk.WIDE),
                          ("streamk narrow", streamk.NARROW)):
-        tile = tuple(TileConfig.of(config).as_dict(CONSTEXPRS[:3]).values())
-        if tile in tiles:
+        config = TileConfig.of(config)
+        tile = tuple(config.as_dict(CONSTEXPRS[:3]).values())
+        if tile in tiles or (tails_only and not _wave_tail(a, b, config)):
             continue
         tiles.add(tile)
         try:
@@ -376,8 +379,7 @@ def _streamk_plans(a, b, row_bytes, setting) -> dict:
 
 
 def _wave_tail(a, b, config: TileConfig) -> bool:
-    """Whether ``config``'s tiles leave the last wave part-empty on this GPU (stream-K's
-    case: :func:`~helpers.kernels.matmul.streamk.stream_k_tiles`)."""
+    """Whether ``config``'s tiles leave a wave part-empty here (:func:`streamk.stream_k_tiles`)."""
     tiles = triton.cdiv(a.shape[0], config.block_m) * triton.cdiv(b.shape[1], config.block_n)
     return streamk.stream_k_tiles(tiles, persistent.sm_count(a.device)) > 0
 
