@@ -182,9 +182,9 @@ def test_stream_k_plans_try_the_wide_and_the_narrow_tile_whatever_the_setting():
 
 def test_stream_k_plans_come_with_any_tile_that_leaves_a_wave_tail():
     # The tuned path asks for stream-K plans with tails_only: a setting whose tiles fill whole
-    # waves (here 2 x 4 = 8 tiles on the interpreter's 4 "SMs") brings none of its own, yet
-    # the wide and narrow tiles (1 and 2 tiles: part-empty waves) still come.
-    a, b = product(128, 256, 64, torch.float16)
+    # waves (64 x 64 tiles, one for each SM) brings none of its own, yet the wide and narrow
+    # tiles (a quarter and a half of the SMs' worth: part-empty waves) still come.
+    a, b = product(64, 64 * mp.sm_count(torch.device(DEVICE)), 64, torch.float16)
     whole_waves = TileConfig(64, 64, 64, num_warps=4, num_stages=2, options=mp.NEITHER)
     assert not mt._wave_tail(a, b, whole_waves) and mt._wave_tail(a, b, sk.WIDE)
     found = mt._streamk_plans(a, b, plans.VECTOR, whole_waves, tails_only=True)
