@@ -57,9 +57,10 @@ DEFAULT_OUT = Path("grades")
 MAX_RESTARTS = 3
 
 # Runs before the learner's first cell: decide the mode, guard interpreted kernels, and
-# draw no figure to an image. Nobody reads a graded kernel's outputs, and the inline
-# backend renders every figure a cell leaves open to PNG (0.2-0.4 s of CPU a figure; a
-# figure still reaches the learner's code and prints as text).
+# draw no figure: nobody reads a graded kernel's outputs. The inline backend renders each
+# figure a cell leaves open to PNG, and pyplot's post-cell hook (interactive mode, which
+# %matplotlib inline turns on) draws each stale one with Agg first (0.2-0.4 s of CPU each);
+# a hook registered first marks them drawn. A figure still reaches the learner's code.
 SETUP = """\
 import helpers
 from helpers import bounds as _course_bounds
@@ -69,6 +70,10 @@ del _course_bounds
 for _course_format in ("image/png", "image/jpeg", "image/svg+xml", "application/pdf"):
     get_ipython().display_formatter.formatters[_course_format].enabled = False
 del _course_format
+def _course_undrawn(modules=__import__("sys").modules):
+    gcf = getattr(modules.get("matplotlib._pylab_helpers"), "Gcf", None)
+    [setattr(m.canvas.figure, "stale", False) for m in (gcf.get_all_fig_managers() if gcf else ())]
+get_ipython().events.register("post_execute", _course_undrawn); del _course_undrawn
 """
 
 
