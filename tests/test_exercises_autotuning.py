@@ -147,3 +147,11 @@ def test_the_drawn_records_wave_rows_read_their_rows():
         summary = at_plots.drawn_summary_rows(rec)
         assert [s["rows"] for s in summary] == ["all", "aligned", "unaligned"]
         assert summary[0]["ours/cuBLAS"] == rec.results["summary"]["all"]["geomean"]
+        families = at_plots.drawn_family_rows(rec)
+        assert sum(f["shapes"] for f in families) == len(rec.results["rows"])
+        for f in families:
+            mine = [r for r in rec.results["rows"] if r["family"] == f["family"]
+                    and r["aligned"] == (f["rows"] == "aligned")]
+            assert f["worst"] == min(r["vs_cublas"] for r in mine)
+            assert min(r["vs_cublas"] for r in mine) <= f["ours/cuBLAS"] \
+                <= max(r["vs_cublas"] for r in mine)

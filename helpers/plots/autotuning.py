@@ -308,3 +308,19 @@ def drawn_summary_rows(rec) -> list[dict]:
                         "worst": mine["worst"], "x @ W.T / F.linear": linear["geomean"],
                         "under 0.85x": mine["below_0.85"]})
     return out
+
+
+def drawn_family_rows(rec) -> list[dict]:
+    """The drawn record's rows by family (LLM layers, squares, random sizes, tail shapes),
+    aligned and unaligned apart: where the losses sit."""
+    groups: dict[tuple[str, bool], list[dict]] = {}
+    for row in rec.results["rows"]:
+        groups.setdefault((row["family"], row["aligned"]), []).append(row)
+    out = []
+    for (family, aligned), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1])):
+        worst = min(rows, key=lambda r: r["vs_cublas"])
+        out.append({"family": family, "rows": "aligned" if aligned else "unaligned",
+                    "shapes": len(rows), "ours/cuBLAS": geomean([r["vs_cublas"] for r in rows]),
+                    "worst": worst["vs_cublas"],
+                    "x @ W.T / F.linear": geomean([r["linear_vs_f_linear"] for r in rows])})
+    return out
