@@ -69,6 +69,8 @@ def fp8_matmul_persistent_kernel(a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(k_tiles):
             a = a_desc.load([row, k * BLOCK_K])
+            if not HALVES:
+                b = b_desc.load([col, k * BLOCK_K]).T
             if SCALING == 2:
                 # This K block alone out of the tensor cores, times its scales, into fp32.
                 # 128 columns of a tile lie in one 128-wide block of B: its scale is one
@@ -78,29 +80,30 @@ def fp8_matmul_persistent_kernel(a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K
                 # scaled).
                 tl.static_assert(BLOCK_K % BLOCK_N == 0 or HALVES,
                                  "block scaling: BLOCK_N divides 128, or is 256")
-                s_a = tl.load(as_ptr + offs_m * stride_asm + k * stride_ask, mask=offs_m < M,
-                              other=0.0)
-                s = s_a * tl.load(bs_ptr + (col // BLOCK_K) * stride_bsn + k * stride_bsk)
                 if HALVES:
                     # A 256-wide tile: one A box for two B boxes of 128 rows, so each byte
-                    # of A loaded feeds twice the tensor-core work of a 128 x 128 tile (FP8
-                    # steps are short; a 128 x 128 tile's operands come from L2 faster than
-                    # a 128 x 256 tile's per FLOP). One product of 128 columns at a time
-                    # beside both accumulators: 192 registers a thread at 8 warps, not 256.
+                    # of A loaded feeds twice the tensor-core work of a 128 x 128 tile, which
+                    # asks L2 for more bytes per FLOP. One product of 128 columns at a time
+                    # beside both accumulators (compiled locally for sm_90 at 8 warps it
+                    # still took 255 registers and spilled a little: see prune).
+                    s_a = tl.load(as_ptr + offs_m * stride_asm + k * stride_ask,
+                                  mask=offs_m < M, other=0.0)
+                    s0 = s_a * tl.load(bs_ptr + (col // BLOCK_K) * stride_bsn + k * stride_bsk)
                     s1 = s_a * tl.load(bs_ptr + (col // BLOCK_K + 1) * stride_bsn
                                        + k * stride_bsk, mask=col + BLOCK_K < N, other=0.0)
-                    acc0 = tl.fma(tl.dot(a, b_desc.load([col, k * BLOCK_K]).T), s[:, None],
+                    acc0 = tl.fma(tl.dot(a, b_desc.load([col, k * BLOCK_K]).T), s0[:, None],
                                   acc0)
                     acc1 = tl.fma(tl.dot(a, b_desc.load([col + BLOCK_K, k * BLOCK_K]).T),
                                   s1[:, None], acc1)
                 else:
-                    acc = tl.fma(tl.dot(a, b_desc.load([col, k * BLOCK_K]).T), s[:, None],
-                                 acc)
+                    s = tl.load(as_ptr + offs_m * stride_asm + k * stride_ask, mask=offs_m < M,
+                                other=0.0) * tl.load(bs_ptr + (col // BLOCK_K) * stride_bsn
+                                                     + k * stride_bsk)
+                    acc = tl.fma(tl.dot(a, b), s[:, None], acc)
             elif PROMOTE > 0:
-                acc = tl.dot(a, b_desc.load([col, k * BLOCK_K]).T, acc,
-                             max_num_imprecise_acc=PROMOTE)
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE)
             else:
-                acc = tl.dot(a, b_desc.load([col, k * BLOCK_K]).T, acc)
+                acc = tl.dot(a, b, acc)
         if HALVES:      # C's box is 128 columns wide too: each half stored as it is
             c_desc.store([row, col], acc0.to(c_desc.dtype))
             c_desc.store([row, col + BLOCK_K], acc1.to(c_desc.dtype))
