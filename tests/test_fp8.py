@@ -106,24 +106,6 @@ def test_scaled_matmul_is_the_dequantised_product(M, N, K, scaling, kernel, prom
                  "each K block's scales (block), or the epilogue's (tensor, row)")
 
 
-@pytest.mark.parametrize("N", [104, 136, 256, 392])
-def test_block_scales_on_a_256_wide_tile_take_each_half_from_its_own_block_of_b(N):
-    """A 256-wide tile of the persistent kernel reads B in two 128-row boxes, each with its
-    own block scale, into two accumulators: N = 104 leaves the second half empty (its scale
-    past the scale tensor's end), 136 and 392 leave part of it past N."""
-    a, a_s = fp8.quantize(randn(70, 304, seed=3), "1x128")
-    b, b_s = fp8.quantize(randn(N, 304, seed=4) / 304 ** 0.5, "128x128")
-    b_s[1::2] *= 64.0           # neighbouring blocks of B scaled far apart: a mix-up shows
-    setting = {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 2, "FLATTEN": False,
-               "num_warps": 8, "num_stages": 2}
-    c = fp8.scaled_matmul(a, b, a_s, b_s, "block", out_dtype=torch.float32,
-                          kernel="persistent", setting=setting)
-    want = fp8.scaled_matmul_reference(a, b, a_s, b_s, "block")
-    tol = 1e-4 if helpers.is_cpu() else 2e-2
-    assert_close(c, want.float(), tol, tol, f"block scales, 256-wide tile, N = {N}",
-                 "the second 128 columns' block scale (col // 128 + 1)")
-
-
 def test_scaled_matmul_checks_its_scales():
     a, a_s = fp8.quantize(randn(16, 256, seed=1), "1x128")
     b, b_s = fp8.quantize(randn(32, 256, seed=2), "128x128")

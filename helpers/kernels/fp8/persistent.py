@@ -56,65 +56,37 @@ def fp8_matmul_persistent_kernel(a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    HALVES: tl.constexpr = SCALING == 2 and BLOCK_N == 2 * BLOCK_K     # block scales, 256 wide
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
         row, col = pid_m * BLOCK_M, pid_n * BLOCK_N
         offs_m = row + tl.arange(0, BLOCK_M)
         offs_n = col + tl.arange(0, BLOCK_N)
-        if HALVES:      # two accumulators, one for each 128 columns (one block of B each)
-            acc0 = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-            acc1 = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(k_tiles):
             a = a_desc.load([row, k * BLOCK_K])
-            if not HALVES:
-                b = b_desc.load([col, k * BLOCK_K]).T
+            b = b_desc.load([col, k * BLOCK_K]).T
             if SCALING == 2:
                 # This K block alone out of the tensor cores, times its scales, into fp32.
-                # 128 columns of a tile lie in one 128-wide block of B: its scale is one
-                # number, folded into A's so that the update is a single FMA an element (a
-                # product and a sum on the CUDA cores per element per K block: the time the
-                # tensor cores wait, since this block's product must finish before it is
-                # scaled).
-                tl.static_assert(BLOCK_K % BLOCK_N == 0 or HALVES,
-                                 "block scaling: BLOCK_N divides 128, or is 256")
-                if HALVES:
-                    # A 256-wide tile: one A box for two B boxes of 128 rows, so each byte
-                    # of A loaded feeds twice the tensor-core work of a 128 x 128 tile, which
-                    # asks L2 for more bytes per FLOP. One product of 128 columns at a time
-                    # beside both accumulators (compiled locally for sm_90 at 8 warps it
-                    # still took 255 registers and spilled a little: see prune).
-                    s_a = tl.load(as_ptr + offs_m * stride_asm + k * stride_ask,
-                                  mask=offs_m < M, other=0.0)
-                    s0 = s_a * tl.load(bs_ptr + (col // BLOCK_K) * stride_bsn + k * stride_bsk)
-                    s1 = s_a * tl.load(bs_ptr + (col // BLOCK_K + 1) * stride_bsn
-                                       + k * stride_bsk, mask=col + BLOCK_K < N, other=0.0)
-                    acc0 = tl.fma(tl.dot(a, b_desc.load([col, k * BLOCK_K]).T), s0[:, None],
-                                  acc0)
-                    acc1 = tl.fma(tl.dot(a, b_desc.load([col + BLOCK_K, k * BLOCK_K]).T),
-                                  s1[:, None], acc1)
-                else:
-                    s = tl.load(as_ptr + offs_m * stride_asm + k * stride_ask, mask=offs_m < M,
-                                other=0.0) * tl.load(bs_ptr + (col // BLOCK_K) * stride_bsn
-                                                     + k * stride_bsk)
-                    acc = tl.fma(tl.dot(a, b), s[:, None], acc)
+                # A tile's columns lie in one 128-wide block of B: its scale is one number,
+                # folded into A's so that the update is a single FMA an element (a product
+                # and a sum on the CUDA cores per element per K block: the time the tensor
+                # cores wait, since this block's product must finish before it is scaled).
+                tl.static_assert(BLOCK_K % BLOCK_N == 0, "block scaling: BLOCK_N divides 128")
+                s = tl.load(as_ptr + offs_m * stride_asm + k * stride_ask, mask=offs_m < M,
+                            other=0.0) * tl.load(bs_ptr + (col // BLOCK_K) * stride_bsn
+                                                 + k * stride_bsk)
+                acc = tl.fma(tl.dot(a, b), s[:, None], acc)
             elif PROMOTE > 0:
                 acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE)
             else:
                 acc = tl.dot(a, b, acc)
-        if HALVES:      # C's box is 128 columns wide too: each half stored as it is
-            c_desc.store([row, col], acc0.to(c_desc.dtype))
-            c_desc.store([row, col + BLOCK_K], acc1.to(c_desc.dtype))
-        else:
-            if SCALING == 0:
-                acc = acc * (tl.load(as_ptr) * tl.load(bs_ptr))
-            elif SCALING == 1:
-                a_s = tl.load(as_ptr + offs_m * stride_asm, mask=offs_m < M, other=0.0)
-                b_s = tl.load(bs_ptr + offs_n * stride_bsn, mask=offs_n < N, other=0.0)
-                acc = acc * a_s[:, None] * b_s[None, :]
-            c_desc.store([row, col], acc.to(c_desc.dtype))
+        if SCALING == 0:
+            acc = acc * (tl.load(as_ptr) * tl.load(bs_ptr))
+        elif SCALING == 1:
+            a_s = tl.load(as_ptr + offs_m * stride_asm, mask=offs_m < M, other=0.0)
+            b_s = tl.load(bs_ptr + offs_n * stride_bsn, mask=offs_n < N, other=0.0)
+            acc = acc * a_s[:, None] * b_s[None, :]
+        c_desc.store([row, col], acc.to(c_desc.dtype))
 
 
 def _config(bm, bn, warps, stages, flatten=False):
@@ -123,18 +95,12 @@ def _config(bm, bn, warps, stages, flatten=False):
                          pre_hook=_set_boxes)
 
 
-def b_box_rows(scaling: int, block_n: int) -> int:
-    """Rows of B's box (and columns of C's): the tile's ``block_n``, or 128 where block
-    scaling reads and writes a 256-wide tile in two halves (one block of B's scales each)."""
-    return BLOCK_K if scaling == 2 and block_n == 2 * BLOCK_K else block_n
-
-
 def _set_boxes(nargs: dict) -> None:
     """The tuner's ``pre_hook``: each candidate's own box sizes on the descriptors."""
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
     nargs["a_desc"].block_shape = [bm, bk]
-    nargs["b_desc"].block_shape = [b_box_rows(nargs["SCALING"], bn), bk]
-    nargs["c_desc"].block_shape = [bm, b_box_rows(nargs["SCALING"], bn)]
+    nargs["b_desc"].block_shape = [bn, bk]
+    nargs["c_desc"].block_shape = [bm, bn]
 
 
 # Wide tiles first: an FP8 K step is short, and a 128 x 256 tile does twice the tensor-core
@@ -159,10 +125,10 @@ def shared_memory_bytes(config: triton.Config, out_bytes: int = 2) -> int:
 def prune(configs, named_args, **kwargs) -> list:
     """Triton's ``early_config_prune``: settings whose shared memory fits this GPU, whose
     tiles are not mostly past the edge of the shape, and (block scales) whose tile columns
-    lie in one block of B. (A 256-wide tile of block scales, read in two halves, runs when
-    a ``setting`` asks for it: it has not yet been timed on a GPU, and compiled locally for
-    sm_90 with 8 warps it takes 255 registers and spills 164 bytes, against 170 and none at
-    128 x 128; ``tests/gpu/fp8_block_wide_probe.py`` times it.)"""
+    lie in one block of B. (A 256-wide tile of block scales, B read in two boxes of 128
+    rows into two accumulators, was built and timed on an H200: 716-736 TFLOP/s against
+    805-845 for 128 x 128 at 4096^3-8192^3 and two LLM shapes; it needs 255 registers at
+    8 warps and spills. Block scales keep tiles of at most 128 columns.)"""
     limit = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
     out_bytes = named_args["c_desc"].base.element_size()
     M, N = named_args["M"], named_args["N"]
@@ -235,10 +201,8 @@ def launch(a, b, c, a_scale, b_scale, scaling: int, promote: int, setting=None) 
 
     def descriptors(a, b, c, box):
         return (TensorDescriptor(a, [M, K], [a.stride(0), 1], [box["BLOCK_M"], BLOCK_K]),
-                TensorDescriptor(b, [N, K], [b.stride(0), 1],
-                                 [b_box_rows(scaling, box["BLOCK_N"]), BLOCK_K]),
-                TensorDescriptor(c, [M, N], [c.stride(0), 1],
-                                 [box["BLOCK_M"], b_box_rows(scaling, box["BLOCK_N"])]))
+                TensorDescriptor(b, [N, K], [b.stride(0), 1], [box["BLOCK_N"], BLOCK_K]),
+                TensorDescriptor(c, [M, N], [c.stride(0), 1], [box["BLOCK_M"], box["BLOCK_N"]]))
 
     kernel = fp8_matmul_persistent_kernel if setting else fp8_matmul_persistent_tuned
     args = (M, N, K, *a_scale.stride(), *b_scale.stride(), _bucket(M), _bucket(N), _bucket(K))
@@ -251,8 +215,8 @@ def launch(a, b, c, a_scale, b_scale, scaling: int, promote: int, setting=None) 
     constants = (scaling, promote, chosen["BLOCK_M"], chosen["BLOCK_N"], chosen["BLOCK_K"],
                  chosen["GROUP_M"], sms, chosen["FLATTEN"])
     programs = (*grid(chosen), 1, 1)
-    boxes = [[chosen["BLOCK_M"], BLOCK_K], [b_box_rows(scaling, chosen["BLOCK_N"]), BLOCK_K],
-             [chosen["BLOCK_M"], b_box_rows(scaling, chosen["BLOCK_N"])]]
+    boxes = [[chosen["BLOCK_M"], BLOCK_K], [chosen["BLOCK_N"], BLOCK_K],
+             [chosen["BLOCK_M"], chosen["BLOCK_N"]]]
     fast = _checked(direct(compiled, programs, boxes), (a, b), c,
                     lambda a_s, b_s: (a_s, b_s, *args, *constants), (a_scale, b_scale))
 
