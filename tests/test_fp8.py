@@ -6,12 +6,16 @@ conversion truncates, so the kernels round first there: see ``round_to_format``)
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from support import assert_close
 
 import helpers
 from helpers.kernels import fp8
+
+quantize_module = importlib.import_module("helpers.kernels.fp8.quantize")  # not the function
 
 DEVICE = helpers.device()
 GRANULARITIES = list(fp8.GRANULARITIES)
@@ -63,6 +67,22 @@ def test_quantize_is_the_spec(granularity, fmt):
     step = fp8.format_of(fmt).relative_spacing
     tiny = fp8.format_of(fmt).smallest_subnormal * s.max().item()
     assert_close(back, x.double(), tiny, step / 2 + 1e-6, f"{what}: dequantised")
+
+
+@pytest.mark.parametrize("granularity", ["row", "tensor"])
+def test_long_rows_and_more_tiles_than_amax_programs(granularity, monkeypatch):
+    """Rows longer than one load of the row kernel (K = 2,500: three loads a pass), and a
+    per-tensor amax with fewer programs than tiles, so each program folds several tiles
+    before its one atomic. The largest value sits in the last load of its row, in a tile
+    that the last program reaches last: a loop that stops early misses it."""
+    monkeypatch.setattr(quantize_module, "AMAX_PROGRAMS", 3)
+    x = randn(37, 2500, seed=5)
+    x[36, 2490] = 500.0
+    q, s = fp8.quantize(x, granularity)
+    q_ref, s_ref = fp8.quantize_reference(x, granularity)
+    assert torch.equal(s, s_ref), f"{granularity}: scales differ from amax / max"
+    if helpers.is_cpu():
+        assert torch.equal(q.float(), q_ref.float()), f"{granularity}: values differ"
 
 
 def test_a_group_of_zeros_gets_scale_one():

@@ -1,6 +1,6 @@
 """Quantising to FP8: an amax per group, a scale, a divide, a clamp and a cast.
 
-The spec is :func:`helpers.kernels.fp8.formats.quantize_reference`. Two kernels, by where
+The spec is :func:`helpers.kernels.fp8.formats.quantize_reference`. Three ways, by where
 a group's amax can be found:
 
 * :func:`quantize_groups_kernel`: groups of a fixed size (``1 x 128``, ``128 x 128``). One
@@ -8,14 +8,17 @@ a group's amax can be found:
   amax is a ``tl.max`` over the tile's rows (1 x 128: one amax a row) or over all of it
   (128 x 128), and the same registers are scaled, cast and stored. One read, one write
   of a quarter (bf16 to fp8: half) the size, plus the scales: a bandwidth-bound copy.
-* :func:`amax_kernel` then :func:`quantize_scaled_kernel`: groups that span a dimension
-  (a row, or the whole tensor) are larger than one program's registers, so their amax
-  takes a pass of its own: every program reduces its tile and folds the result into
-  the group's amax with ``tl.atomic_max`` (amax is never negative, so the float's order
-  is its bits' order and the atomic is exact in any order). The scale is ``amax / max``;
-  the second pass reads ``x`` again. Two reads and a write: per-tensor scaling pays
-  for its single scale with a second pass (or, in training, uses the amax of a previous
-  step instead: *delayed* scaling, one read).
+* :func:`quantize_rows_kernel`: one scale a row. A program owns whole rows, so the amax
+  needs no other program: a loop over K finds it, a second loop reads the rows again
+  (from L2, which still holds them) and scales. One launch, no atomics.
+* :func:`amax_kernel` then :func:`quantize_scaled_kernel`: one scale for the tensor, which
+  no program holds, so its amax takes a pass of its own: every program reduces its share
+  of the tiles in registers and folds the result into the amax with ``tl.atomic_max``
+  (amax is never negative, so the float's order is its bits' order and the atomic is exact
+  in any order). The scale is ``amax / max``; the second pass reads ``x`` again, from
+  DRAM: two reads and a write. Per-tensor scaling pays for its single scale with that
+  pass (or, in training, uses the amax of a previous step instead: *delayed* scaling, one
+  read).
 
 Saturation: ``x / scale`` is clamped to ``[-max, max]`` before the cast, so a value past
 the range (there is none right after a fresh amax, but a delayed scale can be stale)
@@ -34,6 +37,8 @@ from .formats import format_of, group_shape, scale_shape
 
 TILE_K = 128        # columns a program holds; a fixed group's width must divide into it
 ROWS_1X128 = 16     # rows a program holds for 1 x 128 groups (16 groups, 16 amaxes)
+ROW_TILE_K = 1024   # values of a row a program loads at a time (one scale a row)
+AMAX_PROGRAMS = 1024  # programs of the per-tensor amax: each reduces many tiles itself
 
 
 @triton.jit
@@ -90,37 +95,72 @@ def quantize_groups_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stri
 
 
 @triton.jit
-def amax_kernel(x_ptr, amax_ptr, M, K, stride_xm, PER_ROW: tl.constexpr,
-                TILE_M: tl.constexpr, TILE_K: tl.constexpr):
-    """Fold this tile's ``|x|`` maximum into its row's amax (``PER_ROW``) or the tensor's."""
+def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm,
+                         FMT_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr,
+                         SMALLEST_NORMAL: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                         TILE_M: tl.constexpr, TILE_K: tl.constexpr):
+    """One scale a row: a program owns ``TILE_M`` whole rows, so no other program shares
+    their amax. A first loop over K finds it, a second reads the rows again, scales,
+    clamps, casts and stores. The second read is served by L2: the program read the same
+    bytes a moment before (a row of 8,192 bf16 values is 16 KiB; an H100's L2 holds 50 MB).
+    """
     rows = tl.program_id(axis=0) * TILE_M + tl.arange(0, TILE_M)
-    cols = tl.program_id(axis=1) * TILE_K + tl.arange(0, TILE_K)
-    inside = (rows < M)[:, None] & (cols < K)[None, :]
-    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :], mask=inside,
-                other=0.0)
-    row_max = tl.max(tl.abs(x.to(tl.float32)), axis=1)
-    if PER_ROW:
-        tl.atomic_max(amax_ptr + rows, row_max, mask=rows < M)
-    else:
-        tl.atomic_max(amax_ptr, tl.max(row_max, axis=0))
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
+    q_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_qm
+    amax = tl.zeros((TILE_M,), dtype=tl.float32)
+    for k in range(0, K, TILE_K):
+        cols = k + tl.arange(0, TILE_K)
+        inside = (rows < M)[:, None] & (cols < K)[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
+    scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
+    tl.store(s_ptr + rows * stride_sm, scale, mask=rows < M)
+    for k in range(0, K, TILE_K):
+        cols = k + tl.arange(0, TILE_K)
+        inside = (rows < M)[:, None] & (cols < K)[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+        q = tl.minimum(tl.maximum(x / scale[:, None], -FMT_MAX), FMT_MAX)
+        if SOFTWARE_ROUNDING:
+            q = round_to_format(q, MANTISSA_BITS, SMALLEST_NORMAL)
+        tl.store(q_rows + cols[None, :], q.to(q_ptr.dtype.element_ty), mask=inside)
 
 
 @triton.jit
-def quantize_scaled_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm,
+def amax_kernel(x_ptr, amax_ptr, M, K, stride_xm, TILE_M: tl.constexpr, TILE_K: tl.constexpr):
+    """Fold ``|x|``'s maximum into ``amax_ptr``. Program ``p`` of ``P`` takes tiles ``p``,
+    ``p + P``, ``p + 2P``, ..., keeping an elementwise maximum in registers, and reduces it
+    to one number at the end: one ``tl.atomic_max`` a program, not one a tile (thousands of
+    atomics on one address queue behind each other in L2)."""
+    pid, programs = tl.program_id(axis=0), tl.num_programs(axis=0)
+    col_tiles = tl.cdiv(K, TILE_K)
+    best = tl.zeros((TILE_M, TILE_K), dtype=tl.float32)
+    for tile in range(pid, tl.cdiv(M, TILE_M) * col_tiles, programs):
+        rows = (tile // col_tiles) * TILE_M + tl.arange(0, TILE_M)
+        cols = (tile % col_tiles) * TILE_K + tl.arange(0, TILE_K)
+        inside = (rows < M)[:, None] & (cols < K)[None, :]
+        x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :],
+                    mask=inside, other=0.0)
+        best = tl.maximum(best, tl.abs(x.to(tl.float32)))
+    tl.atomic_max(amax_ptr, tl.max(tl.max(best, axis=1), axis=0))
+
+
+@triton.jit
+def quantize_scaled_kernel(x_ptr, q_ptr, amax_ptr, s_ptr, M, K, stride_xm, stride_qm,
                            FMT_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr,
                            SMALLEST_NORMAL: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
-                           PER_ROW: tl.constexpr, TILE_M: tl.constexpr, TILE_K: tl.constexpr):
-    """``q = clamp(x / scale)`` with a scale per row (``PER_ROW``) or one for the tensor."""
+                           TILE_M: tl.constexpr, TILE_K: tl.constexpr):
+    """``q = clamp(x / scale)`` with the tensor's one scale, ``amax / max`` (1 for a tensor
+    of zeros), which the first program also stores."""
     rows = tl.program_id(axis=0) * TILE_M + tl.arange(0, TILE_M)
     cols = tl.program_id(axis=1) * TILE_K + tl.arange(0, TILE_K)
     inside = (rows < M)[:, None] & (cols < K)[None, :]
     x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :], mask=inside,
                 other=0.0).to(tl.float32)
-    if PER_ROW:
-        q = x / tl.load(s_ptr + rows, mask=rows < M, other=1.0)[:, None]
-    else:
-        q = x / tl.load(s_ptr)
-    q = tl.minimum(tl.maximum(q, -FMT_MAX), FMT_MAX)
+    amax = tl.load(amax_ptr)
+    scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
+    if (tl.program_id(axis=0) == 0) & (tl.program_id(axis=1) == 0):
+        tl.store(s_ptr, scale)
+    q = tl.minimum(tl.maximum(x / scale, -FMT_MAX), FMT_MAX)
     if SOFTWARE_ROUNDING:
         q = round_to_format(q, MANTISSA_BITS, SMALLEST_NORMAL)
     tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qm + cols[None, :],
@@ -156,12 +196,18 @@ def quantize(x: torch.Tensor, granularity: str = "1x128", fmt="e4m3"):
                                      *scale.stride(), GROUP_M=gm, TILE_M=tile_m, GROUP_K=gk,
                                      **rounding)
         return q, scale
-    per_row = granularity == "row"
-    amax = torch.zeros(M if per_row else 1, device=x.device, dtype=torch.float32)
+    if granularity == "row":
+        tile_k = min(ROW_TILE_K, triton.next_power_of_2(K))
+        tile_m = ROW_TILE_K // tile_k          # short rows: several a program
+        quantize_rows_kernel[(triton.cdiv(M, tile_m),)](
+            x, q, scale, M, K, x.stride(0), q.stride(0), scale.stride(0), TILE_M=tile_m,
+            TILE_K=tile_k, **rounding)
+        return q, scale
+    amax = torch.zeros(1, device=x.device, dtype=torch.float32)
     tile_m = 16 if runtime.is_cpu() else 32
     grid = (triton.cdiv(M, tile_m), triton.cdiv(K, TILE_K))
-    amax_kernel[grid](x, amax, M, K, x.stride(0), PER_ROW=per_row, TILE_M=tile_m, TILE_K=TILE_K)
-    scale = torch.where(amax > 0, amax / fmt.max, 1.0).view(scale.shape)
-    quantize_scaled_kernel[grid](x, q, scale, M, K, x.stride(0), q.stride(0), PER_ROW=per_row,
+    amax_kernel[(min(grid[0] * grid[1], AMAX_PROGRAMS),)](x, amax, M, K, x.stride(0),
+                                                          TILE_M=tile_m, TILE_K=TILE_K)
+    quantize_scaled_kernel[grid](x, q, amax, scale, M, K, x.stride(0), q.stride(0),
                                  TILE_M=tile_m, TILE_K=TILE_K, **rounding)
     return q, scale
