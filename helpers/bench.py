@@ -34,6 +34,21 @@ def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
+def time_graph_ms(fn: Callable[[], object], warmup_ms: float = 25,
+                  rep_ms: float = 100) -> float:
+    """Like :func:`time_ms`, of the GPU's work alone: one call of ``fn`` captured in a CUDA
+    graph, and the graph replayed. A call of several launches leaves the GPU idle while the
+    host prepares the next (Python, checks, allocations); a graph replays them back to back,
+    as a host that runs ahead of its GPU does."""
+    runtime.require_gpu("timing a kernel")
+    fn()                                    # compile and allocate outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_ms(graph.replay, warmup_ms, rep_ms)
+
+
 def spread(runs) -> dict:
     """Several medians of one thing as ``{"ms": their median, "ms_min", "ms_max", "runs"}``
     (``runs`` in the order they were taken)."""
