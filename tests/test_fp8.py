@@ -85,6 +85,35 @@ def test_long_rows_and_more_tiles_than_amax_programs(granularity, monkeypatch):
         assert torch.equal(q.float(), q_ref.float()), f"{granularity}: values differ"
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_delayed_scale_quantises_in_one_pass_and_measures_the_amax(fmt, monkeypatch):
+    """quantize_delayed: q = clamp(x / scale) with the scale given (here a stale one, a
+    quarter of what this tensor needs, so its largest values saturate), and the tensor's
+    own amax for the next step, folded over more tiles than programs."""
+    monkeypatch.setattr(quantize_module, "AMAX_PROGRAMS", 3)
+    x = awkward()
+    x[149, 299] = -7000.0                  # the largest, in the last tile of the last program
+    f = fp8.format_of(fmt)
+    stale = torch.tensor([7000.0 / f.max / 4], device=DEVICE)
+    q, amax = fp8.quantize_delayed(x, stale, fmt)
+    assert amax.tolist() == [7000.0], "amax: the tensor's largest magnitude"
+    assert q.dtype == f.dtype and not q.float().isnan().any() and q.float().isfinite().all()
+    assert q.float()[149, 299].item() == -f.max, "a value past the stale scale: saturated"
+    want = (x / stale).clamp(-f.max, f.max).to(f.dtype)
+    if helpers.is_cpu():
+        assert torch.equal(q.float(), want.float()), "not x / scale, clamped, rounded"
+    else:
+        assert_close(q.float(), want.float(), 0, f.relative_spacing, "quantize_delayed")
+
+
+def test_a_delayed_scale_is_one_fp32_number():
+    x = awkward()
+    with pytest.raises(ValueError, match="one number for the whole tensor"):
+        fp8.quantize_delayed(x, torch.ones(2, device=DEVICE))
+    with pytest.raises(TypeError, match="scale has dtype float16"):
+        fp8.quantize_delayed(x, torch.ones(1, device=DEVICE, dtype=torch.float16))
+
+
 def test_a_group_of_zeros_gets_scale_one():
     x = torch.zeros(4, 256, device=DEVICE)
     x[0, 200] = 3.0

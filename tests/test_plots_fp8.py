@@ -76,6 +76,10 @@ def test_quantize_rows(rec):
     assert rows["quantize, 1x128"]["of copy GB/s"] == pytest.approx(2500 / 2800)
     rec.results["quantize"]["row"] = {"error": "made up"}
     assert {r["kernel"]: r for r in plots.quantize_rows(rec)}["quantize, row"]["GB/s"] == "-"
+    assert "quantize_delayed, tensor" not in rows, "an older record has no delayed row"
+    rec.results["quantize"]["delayed"] = {"ms": 0.1, "bytes": 1, "gbps": 2700.0}
+    rows = {r["kernel"]: r for r in plots.quantize_rows(rec)}
+    assert rows["quantize_delayed, tensor"]["of copy GB/s"] == pytest.approx(2700 / 2800)
 
 
 def test_targets(rec):

@@ -271,12 +271,15 @@ def quantize_rows(rec) -> list[dict]:
     q = rec.results["quantize"]
     rows = [{"kernel": "copy (bf16 to bf16)", "ms": q["copy"]["ms"], "GB/s": q["copy"]["gbps"],
              "of copy GB/s": 1.0}]
-    for g in ("tensor", "row", "1x128", "128x128"):
+    names = {g: f"quantize, {g}" for g in ("tensor", "row", "1x128", "128x128")}
+    if "delayed" in q:          # recorded since the delayed-scale kernel exists
+        names["delayed"] = "quantize_delayed, tensor"
+    for g, kernel in names.items():
         r = q.get(g, {})
         if "error" in r or not r:
-            rows.append({"kernel": f"quantize, {g}", "ms": "-", "GB/s": "-", "of copy GB/s": "-"})
+            rows.append({"kernel": kernel, "ms": "-", "GB/s": "-", "of copy GB/s": "-"})
             continue
-        rows.append({"kernel": f"quantize, {g}", "ms": r["ms"], "GB/s": r["gbps"],
+        rows.append({"kernel": kernel, "ms": r["ms"], "GB/s": r["gbps"],
                      "of copy GB/s": r["gbps"] / q["copy"]["gbps"]})
     return rows
 

@@ -17,8 +17,8 @@ a group's amax can be found:
   (amax is never negative, so the float's order is its bits' order and the atomic is exact
   in any order). The scale is ``amax / max``; the second pass reads ``x`` again, from
   DRAM: two reads and a write. Per-tensor scaling pays for its single scale with that
-  pass (or, in training, uses the amax of a previous step instead: *delayed* scaling, one
-  read).
+  pass (or, in training, uses the amax of a previous step instead: *delayed* scaling,
+  :func:`quantize_delayed`, one read).
 
 Saturation: ``x / scale`` is clamped to ``[-max, max]`` before the cast, so a value past
 the range (there is none right after a fresh amax, but a delayed scale can be stale)
@@ -126,6 +126,14 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride
 
 
 @triton.jit
+def _tile(tile, col_tiles, M, K, TILE_M: tl.constexpr, TILE_K: tl.constexpr):
+    """Rows, columns and in-bounds mask of tile number ``tile``, row-major over the tiles."""
+    rows = (tile // col_tiles) * TILE_M + tl.arange(0, TILE_M)
+    cols = (tile % col_tiles) * TILE_K + tl.arange(0, TILE_K)
+    return rows, cols, (rows < M)[:, None] & (cols < K)[None, :]
+
+
+@triton.jit
 def amax_kernel(x_ptr, amax_ptr, M, K, stride_xm, TILE_M: tl.constexpr, TILE_K: tl.constexpr):
     """Fold ``|x|``'s maximum into ``amax_ptr``. Program ``p`` of ``P`` takes tiles ``p``,
     ``p + P``, ``p + 2P``, ..., keeping an elementwise maximum in registers, and reduces it
@@ -135,9 +143,7 @@ def amax_kernel(x_ptr, amax_ptr, M, K, stride_xm, TILE_M: tl.constexpr, TILE_K: 
     col_tiles = tl.cdiv(K, TILE_K)
     best = tl.zeros((TILE_M, TILE_K), dtype=tl.float32)
     for tile in range(pid, tl.cdiv(M, TILE_M) * col_tiles, programs):
-        rows = (tile // col_tiles) * TILE_M + tl.arange(0, TILE_M)
-        cols = (tile % col_tiles) * TILE_K + tl.arange(0, TILE_K)
-        inside = (rows < M)[:, None] & (cols < K)[None, :]
+        rows, cols, inside = _tile(tile, col_tiles, M, K, TILE_M, TILE_K)
         x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :],
                     mask=inside, other=0.0)
         best = tl.maximum(best, tl.abs(x.to(tl.float32)))
@@ -165,6 +171,32 @@ def quantize_scaled_kernel(x_ptr, q_ptr, amax_ptr, s_ptr, M, K, stride_xm, strid
         q = round_to_format(q, MANTISSA_BITS, SMALLEST_NORMAL)
     tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qm + cols[None, :],
              q.to(q_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def quantize_delayed_kernel(x_ptr, q_ptr, s_ptr, amax_ptr, M, K, stride_xm, stride_qm,
+                            FMT_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr,
+                            SMALLEST_NORMAL: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                            TILE_M: tl.constexpr, TILE_K: tl.constexpr):
+    """Delayed scaling: ``q = clamp(x / scale)`` with a scale chosen before this tensor was
+    seen, and this tensor's amax folded into ``amax_ptr`` on the way, for the next scale.
+    One read and one write. Tiles are shared out as in :func:`amax_kernel`: each program
+    keeps its elementwise maximum in registers and adds one atomic at the end."""
+    pid, programs = tl.program_id(axis=0), tl.num_programs(axis=0)
+    col_tiles = tl.cdiv(K, TILE_K)
+    scale = tl.load(s_ptr)
+    best = tl.zeros((TILE_M, TILE_K), dtype=tl.float32)
+    for tile in range(pid, tl.cdiv(M, TILE_M) * col_tiles, programs):
+        rows, cols, inside = _tile(tile, col_tiles, M, K, TILE_M, TILE_K)
+        x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :],
+                    mask=inside, other=0.0).to(tl.float32)
+        best = tl.maximum(best, tl.abs(x))
+        q = tl.minimum(tl.maximum(x / scale, -FMT_MAX), FMT_MAX)    # a stale scale saturates
+        if SOFTWARE_ROUNDING:
+            q = round_to_format(q, MANTISSA_BITS, SMALLEST_NORMAL)
+        tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qm + cols[None, :],
+                 q.to(q_ptr.dtype.element_ty), mask=inside)
+    tl.atomic_max(amax_ptr, tl.max(tl.max(best, axis=1), axis=0))
 
 
 def quantize(x: torch.Tensor, granularity: str = "1x128", fmt="e4m3"):
@@ -211,3 +243,37 @@ def quantize(x: torch.Tensor, granularity: str = "1x128", fmt="e4m3"):
     quantize_scaled_kernel[grid](x, q, amax, scale, M, K, x.stride(0), q.stride(0),
                                  TILE_M=tile_m, TILE_K=TILE_K, **rounding)
     return q, scale
+
+
+def quantize_delayed(x: torch.Tensor, scale: torch.Tensor, fmt="e4m3"):
+    """Per-tensor quantisation with a **delayed** scale: ``(q, amax)``.
+
+    ``scale`` (a one-element fp32 tensor on ``x``'s device) was chosen before ``x`` was
+    seen, from the amax of earlier steps (``amax / fmt.max``, as Transformer Engine's
+    ``DelayedScaling`` keeps a short history of them); ``q = clamp(x / scale)``, so a value
+    past ``scale * max`` saturates to the largest number, never inf. ``amax`` is ``x``'s
+    own, measured in the same pass, for the history. One read of ``x`` and one write,
+    against :func:`quantize`'s two reads for a fresh per-tensor scale."""
+    fmt = format_of(fmt)
+    check_tensor(x, "x", dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=2,
+                 contiguous=False)
+    check_tensor(scale, "scale", dtypes=(torch.float32,), contiguous=False)
+    if x.stride(1) != 1:
+        raise ValueError(f"x's rows must be contiguous (stride 1 along them); got strides "
+                         f"{x.stride()}. Pass x.contiguous().")
+    if scale.numel() != 1:
+        raise ValueError(f"a delayed scale is one number for the whole tensor; got scale of "
+                         f"shape {tuple(scale.shape)}. For scales per row or block, use "
+                         f"quantize(x, granularity), which finds them itself.")
+    M, K = x.shape
+    q = torch.empty((M, K), device=x.device, dtype=fmt.dtype)
+    amax = torch.zeros(1, device=x.device, dtype=torch.float32)
+    if x.numel() == 0:
+        return q, amax
+    tile_m = 16 if runtime.is_cpu() else 32
+    tiles = triton.cdiv(M, tile_m) * triton.cdiv(K, TILE_K)
+    quantize_delayed_kernel[(min(tiles, AMAX_PROGRAMS),)](
+        x, q, scale, amax, M, K, x.stride(0), q.stride(0), TILE_M=tile_m, TILE_K=TILE_K,
+        FMT_MAX=fmt.max, MANTISSA_BITS=fmt.mantissa_bits, SMALLEST_NORMAL=fmt.smallest_normal,
+        SOFTWARE_ROUNDING=runtime.is_cpu())
+    return q, amax
