@@ -19,6 +19,8 @@ from helpers.kernels.matmul import persistent as mp
 from helpers.kernels.matmul import tuned as mt
 from helpers.kernels.matmul.config import TileConfig
 from helpers.kernels.matmul import tma_launch as tma
+from helpers.kernels.matmul import streamk as sk
+from helpers.runtime import InterpreterLimitationError
 
 DEVICE = helpers.device()
 CONFIGS = {
@@ -177,6 +179,18 @@ def test_a_setting_of_this_kernel_has_both_switches_and_no_split():
         mp.setting(TileConfig(32, 32, 32, split_k=2, num_warps=4, num_stages=1))
     with pytest.raises(ValueError, match="EPILOGUE_SPLIT"):
         mp.setting(mp.CPU_CONFIG.with_options(EPILOGUE_SPLIT=True))
+
+
+@pytest.mark.skipif(helpers.is_gpu(), reason="the interpreter's limitation: CPU mode only")
+def test_bf16_is_refused_in_cpu_mode_not_multiplied_wrong():
+    """Triton's interpreter multiplies bf16 wrongly (values near 1e10 at 128 x 256 x 128,
+    measured): the kernels' own launchers refuse it, as matmul() does."""
+    a = torch.randn(128, 128, dtype=torch.bfloat16)
+    b = torch.randn(128, 256, dtype=torch.bfloat16)
+    with pytest.raises(InterpreterLimitationError, match="bf16"):
+        mp.launch(a, b)
+    with pytest.raises(InterpreterLimitationError, match="bf16"):
+        sk.launch(a, b, sk.NARROW, sms=4)
 
 
 @pytest.mark.gpu

@@ -223,11 +223,18 @@ def _run(cmd, env) -> tuple[int, str]:
     return done.returncode, (done.stdout or "") + "\n" + (done.stderr or "")
 
 
-def collect(ncu: str | None, steps, n: int, dtype: str, run=_run, workdir: str | None = None
-            ) -> dict:
-    """Profile every rung of ``steps`` with ``ncu``; ``run(cmd, env) -> (status, output)``."""
-    asked = list(METRICS)
-    out = {"available": False, "reason": None, "ncu_version": None, "shape": [n, n, n],
+def collect(ncu: str | None, steps, n, dtype: str, run=_run, workdir: str | None = None, *,
+            driver_source: str = DRIVER, kernels: dict | None = None, metrics=METRICS,
+            shape: list | None = None) -> dict:
+    """Profile every rung of ``steps`` with ``ncu``; ``run(cmd, env) -> (status, output)``.
+
+    Another experiment profiles its own rungs through the same steps: its ``driver_source``
+    (run as ``driver.py RUNG N DTYPE``, ``n`` passed as text), the kernel name of each
+    rung (``kernels``), its ``metrics`` and the ``shape`` it records."""
+    asked = list(metrics)
+    kernels = KERNELS if kernels is None else kernels
+    out = {"available": False, "reason": None, "ncu_version": None,
+           "shape": shape or [n, n, n],
            "dtype": dtype, "metrics_asked": asked, "metrics_returned": [], "rows": []}
     if ncu is None:
         out["reason"] = "ncu not found"
@@ -241,13 +248,13 @@ def collect(ncu: str | None, steps, n: int, dtype: str, run=_run, workdir: str |
     metrics = list(asked)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         driver = str(Path(tmp) / "driver.py")
-        Path(driver).write_text(DRIVER)
+        Path(driver).write_text(driver_source)
         # cuBLAS first: it compiles and tunes nothing, so finding the metrics this ncu
         # refuses costs the least there. The rows keep the ladder's order.
         order = sorted(steps, key=lambda s: s[0] != "cublas")
         for key, label, _, _ in order:
             for _ in range(len(asked)):       # drop the metrics this ncu refuses, then retry
-                status, text = run(command(ncu, metrics, KERNELS.get(key, KERNELS["v3"]),
+                status, text = run(command(ncu, metrics, kernels.get(key, KERNELS["v3"]),
                                            driver, key, n, dtype), env)
                 refused = rejected_metrics(text, metrics) if status != 0 else []
                 if not refused or len(refused) == len(metrics):

@@ -471,7 +471,8 @@ TOPIC_OF = {"memory_levels": "memory_wall", "tf32": "tiling", "fusion_more": "fu
             "attention_tiles": "attention", "attention_decode": "attention",
             "moe_parallel": "moe", "moe_parallel_4gpu": "moe", "moe_training": "moe",
             "matmul_shapes": "autotuning",
-            "profiles": "fusion", "tiling_ncu": "tiling", "noise": "roofline"}
+            "profiles": "fusion", "tiling_ncu": "tiling", "tail_ncu": "autotuning",
+            "noise": "roofline"}
 # Records with no course kernel timed beside a baseline, and why.
 NOT_REPORTED = {
     "roofline": "PyTorch's and cuBLAS's own ops placed on the roofline: no course kernel",
@@ -481,6 +482,7 @@ NOT_REPORTED = {
     "moe_parallel_4gpu": "the same across 4 GPUs",
     "profiles": "torch.profiler's kernel tables of lessons 01 and 05: where a call's time goes",
     "tiling_ncu": "Nsight Compute counters of lesson 04's ladder: why each rung runs as it does",
+    "tail_ncu": "Nsight Compute counters of lesson 07's tail shape: why stream-K trails cuBLAS",
     "noise": "cuBLAS's reference per dtype and its run-to-run spread, with clocks and power",
     "softmax_tuning": "assignment 07's data: every setting of the online softmax on 24 shapes",
 }

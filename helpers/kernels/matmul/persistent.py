@@ -362,6 +362,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, config: TileConfig | None = None):
     unless given (a :class:`TileConfig`, read by :func:`setting`). ``config`` in the result
     is a TileConfig with both switches. The caller checks :func:`usable` first.
     """
+    runtime.check_dot_dtype(a.dtype)        # bf16 tl.dot is wrong in the interpreter
     config = None if config is None else setting(config)
     M, K = a.shape
     N = b.shape[1]

@@ -312,6 +312,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, config, sms: int | None = None):
     (one per SM unless given: the tests ask for a few, so that pieces are shared out in the
     interpreter too). The caller checks :func:`~helpers.kernels.matmul.persistent.usable`
     with ``c_rows=False``: C's rows may be off 16 bytes here."""
+    runtime.check_dot_dtype(a.dtype)        # bf16 tl.dot is wrong in the interpreter
     config = fitted(config, a.dtype)
     M, K = a.shape
     N = b.shape[1]
