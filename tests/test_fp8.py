@@ -106,6 +106,28 @@ def test_a_delayed_scale_quantises_in_one_pass_and_measures_the_amax(fmt, monkey
         assert_close(q.float(), want.float(), 0, f.relative_spacing, "quantize_delayed")
 
 
+@pytest.mark.parametrize("granularity", ["row", "tensor", "1x128", "delayed"])
+def test_rows_of_a_wider_tensor_are_quantised_in_place(granularity):
+    """A view of the first 300 columns of a 350-wide tensor: rows 350 values apart, not
+    300. A kernel that took K for the row stride would read the wrong values."""
+    wide = randn(40, 350, seed=6)
+    x = wide[:, :300]
+    if granularity == "delayed":
+        scale = (x.abs().max() / fp8.E4M3.max).reshape(1)
+        q, amax = fp8.quantize_delayed(x, scale)
+        assert amax.item() == x.abs().max().item(), "amax of the view, not of the whole tensor"
+        want = (x / scale).clamp(-fp8.E4M3.max, fp8.E4M3.max).to(fp8.E4M3.dtype)
+        s, s_ref = scale, scale
+    else:
+        q, s = fp8.quantize(x, granularity)
+        want, s_ref = fp8.quantize_reference(x, granularity)
+        assert torch.equal(s, s_ref), f"{granularity}: scales of the view"
+    if helpers.is_cpu():
+        assert torch.equal(q.float(), want.float()), f"{granularity}: values of the view"
+    else:
+        assert_close(q.float(), want.float(), 0, fp8.E4M3.relative_spacing, granularity)
+
+
 def test_a_delayed_scale_is_one_fp32_number():
     x = awkward()
     with pytest.raises(ValueError, match="one number for the whole tensor"):

@@ -66,22 +66,23 @@ def test_the_unpromoted_sum_loses_bits_as_k_grows(rec):
 
 
 def test_the_per_tensor_kernel_holds_its_targets(rec):
-    """On the lesson's fixed shapes. Shapes drawn at record time are reported, met or
-    missed, in the README's table, and not asserted here: the H200 record at 8904cba drew
-    5540 x 8056 x 4528, where ours ran 0.92x torch._scaled_mm on operands padded to 16
-    (the goal, 0.95x, stays open in the report)."""
-    rows = [r for r in extractors.fp8(rec) if "(drawn)" not in r.shape]
-    assert any("(drawn)" in r.shape for r in extractors.fp8(rec)), "no drawn shapes recorded"
+    """Against torch._scaled_mm on the lesson's fixed shapes only: a shape drawn at record
+    time is reported, met or missed, in the README's table (the H200 record at 8904cba drew
+    5540 x 8056 x 4528, where ours ran 0.92x torch._scaled_mm on operands padded to 16; the
+    goal, 0.95x, stays open in the report). Every other goal on every shape."""
+    rows = extractors.fp8(rec)
+    assert any("(drawn)" in r.shape for r in rows), "no drawn shapes recorded"
     held = {v.target: [] for r in rows for v in r.verdicts}
     for r in rows:
         for v in r.verdicts:
-            held[v.target].append(v.met)
+            if not (v.target == "fp8_vs_scaled_mm" and "(drawn)" in r.shape):
+                held[v.target].append(v.met)
     assert held["fp8_vs_scaled_mm"] and all(held["fp8_vs_scaled_mm"]), "per-tensor vs cuBLAS"
     assert held["fp8_vs_bf16"] and all(held["fp8_vs_bf16"]), "FP8 vs the course's bf16"
     assert all(held["fp8_quantize"]), "the quantisation kernel vs a copy"
     # Every ratio the report shows against cuBLAS is under 1.5x (the course's rule: a larger
     # win is explained or withdrawn). Against bf16 the FP8 roof is twice as high.
-    for r in extractors.fp8(rec):
+    for r in rows:
         if "_scaled_mm" in r.baseline and r.ratio is not None:
             assert r.ratio < 1.5, (r.kernel, r.shape, r.ratio)
 

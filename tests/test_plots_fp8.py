@@ -77,9 +77,12 @@ def test_quantize_rows(rec):
     rec.results["quantize"]["row"] = {"error": "made up"}
     assert {r["kernel"]: r for r in plots.quantize_rows(rec)}["quantize, row"]["GB/s"] == "-"
     assert "quantize_delayed, tensor" not in rows, "an older record has no delayed row"
-    rec.results["quantize"]["delayed"] = {"ms": 0.1, "bytes": 1, "gbps": 2700.0}
+    assert {r["timed"] for r in rows.values()} == {"call"}, "a record without call_ms"
+    rec.results["quantize"]["delayed"] = {"ms": 0.1, "bytes": 1, "gbps": 2700.0,
+                                          "call_ms": 0.2}
     rows = {r["kernel"]: r for r in plots.quantize_rows(rec)}
     assert rows["quantize_delayed, tensor"]["of copy GB/s"] == pytest.approx(2700 / 2800)
+    assert {r["timed"] for r in rows.values()} == {"graph"}, "call_ms: the graph was timed"
 
 
 def test_targets(rec):

@@ -14,6 +14,9 @@ kernel takes it as given; the seed is in the record) and profiles one launch eac
 persistent kernel and stream-K on 128 x 256 and on 128 x 128 tiles, and of
 ``torch.matmul``, the way :mod:`.tiling_ncu` profiles lesson 04's ladder (its ``collect``:
 a driver process per kernel under ``ncu --clock-control none --profile-from-start off``).
+Only the matmul kernel is profiled: where the persistent kernel's launch first copies B onto
+whole 128-byte lines (:func:`~helpers.kernels.matmul.persistent.pads_b`), that copy is left
+out of its row, while the timed records include it.
 """
 
 from __future__ import annotations

@@ -254,8 +254,10 @@ def collect(ncu: str | None, steps, n, dtype: str, run=_run, workdir: str | None
         order = sorted(steps, key=lambda s: s[0] != "cublas")
         for key, label, _, _ in order:
             for _ in range(len(asked)):       # drop the metrics this ncu refuses, then retry
-                status, text = run(command(ncu, metrics, kernels.get(key, KERNELS["v3"]),
-                                           driver, key, n, dtype), env)
+                # lesson 04's rungs without their own name launch v3; another
+                # experiment names every kernel it profiles
+                kernel = kernels.get(key, KERNELS["v3"]) if kernels is KERNELS else kernels[key]
+                status, text = run(command(ncu, metrics, kernel, driver, key, n, dtype), env)
                 refused = rejected_metrics(text, metrics) if status != 0 else []
                 if not refused or len(refused) == len(metrics):
                     break

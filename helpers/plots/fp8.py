@@ -267,20 +267,25 @@ def plot_roofline(rec, shape, ax=None):
 
 
 def quantize_rows(rec) -> list[dict]:
-    """The quantisation kernel per granularity beside a copy of the same bf16 tensor."""
+    """The quantisation kernel per granularity beside a copy of the same bf16 tensor.
+    ``timed``: ``graph`` where the record timed the GPU's work (a CUDA graph of the call,
+    recorded with ``call_ms`` beside it), ``call`` for older records, which timed the call
+    as Python makes it, the host's gaps between launches included."""
     q = rec.results["quantize"]
+    how = "graph" if any("call_ms" in r for r in q.values() if isinstance(r, dict)) else "call"
     rows = [{"kernel": "copy (bf16 to bf16)", "ms": q["copy"]["ms"], "GB/s": q["copy"]["gbps"],
-             "of copy GB/s": 1.0}]
+             "of copy GB/s": 1.0, "timed": how}]
     names = {g: f"quantize, {g}" for g in ("tensor", "row", "1x128", "128x128")}
     if "delayed" in q:          # recorded since the delayed-scale kernel exists
         names["delayed"] = "quantize_delayed, tensor"
     for g, kernel in names.items():
         r = q.get(g, {})
         if "error" in r or not r:
-            rows.append({"kernel": kernel, "ms": "-", "GB/s": "-", "of copy GB/s": "-"})
+            rows.append({"kernel": kernel, "ms": "-", "GB/s": "-", "of copy GB/s": "-",
+                         "timed": how})
             continue
         rows.append({"kernel": kernel, "ms": r["ms"], "GB/s": r["gbps"],
-                     "of copy GB/s": r["gbps"] / q["copy"]["gbps"]})
+                     "of copy GB/s": r["gbps"] / q["copy"]["gbps"], "timed": how})
     return rows
 
 

@@ -33,15 +33,17 @@ bytes read, L2 bytes (lts__t_bytes), L2 hit rate, tensor pipe active (of active 
     7040^3          wide persistent   895 us    971 MB  4.88 GB 66%  95%
                     cuBLAS            911 us    791 MB  5.81 GB 78%  97%  192x192 tiles, 2x1 cluster
 
-So DRAM is not it: every kernel reads A and B from DRAM about once (the LRU model was
-right). Stream-K asks L2 for 30-70% more bytes than the persistent kernel on the same
-tiles (its partial tiles go through L2: at most about 34 MB at 448 x 4632, 132 partials of
-128 KiB written and read; the rest is not yet accounted for), and its tensor pipes idle a
-third of their active cycles, while neither L2 (Mem Busy 52-65%) nor DRAM (21-27% of
-peak) is saturated: its SMs wait, on the hand-over and on loads they cannot start early
-enough. cuBLAS moves fewer L2 bytes for the same work (clusters that multicast one operand,
-which Triton 3.6 cannot ask for) and, at 448 x 4632, picks a tile width, 160, that makes
-116 tiles: one wave.
+On the two tail shapes DRAM is not it: every kernel reads A and B from DRAM about once
+(the LRU model was right; at 7040^3, where A and B are 198 MB, four times L2, they are
+read 4-5 times over by every kernel). Stream-K asks L2 for 15-70% more bytes than the
+persistent kernel on the same tiles (its partial tiles go through L2: at most about 34 MB
+at 448 x 4632, 132 partials of 128 KiB written and read; the rest is not yet accounted
+for), and its tensor pipes idle 34-49% of their active cycles, while neither L2 (Mem Busy
+52-65%) nor DRAM (21-27% of peak) is saturated: its SMs wait, on the hand-over and on loads
+they cannot start early enough. At 448 x 4632 cuBLAS asks L2 for a fifth fewer bytes than
+the persistent kernel (clusters that multicast one operand, which Triton 3.6 cannot ask
+for; at 3048 x 688 the two are level) and picks a tile width, 160, that makes 116 tiles:
+one wave.
 """
 import os
 

@@ -10,7 +10,7 @@ a group's amax can be found:
   of a quarter (bf16 to fp8: half) the size, plus the scales: a bandwidth-bound copy.
 * :func:`quantize_rows_kernel`: one scale a row. A program owns whole rows, so the amax
   needs no other program: a loop over K finds it, a second loop reads the rows again
-  (from L2, which still holds them) and scales. One launch, no atomics.
+  (from L2, if it still holds them) and scales. One launch, no atomics.
 * :func:`amax_kernel` then :func:`quantize_scaled_kernel`: one scale for the tensor, which
   no program holds, so its amax takes a pass of its own: every program reduces its share
   of the tiles in registers and folds the result into the amax with ``tl.atomic_max``
@@ -80,11 +80,12 @@ def quantize_groups_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stri
     amax = tl.max(tl.abs(x), axis=1)                       # one a row
     if GROUP_M > 1:
         amax = tl.max(amax, axis=0)                        # one for the whole tile
-        scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
+        # div_rn: rounded as torch divides (`/` compiles to an approximate division)
+        scale = tl.where(amax > 0, tl.math.div_rn(amax, FMT_MAX), 1.0)
         q = x / scale
         tl.store(s_ptr + pid_m * stride_sm + pid_k * stride_sk, scale)
     else:
-        scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
+        scale = tl.where(amax > 0, tl.math.div_rn(amax, FMT_MAX), 1.0)
         q = x / scale[:, None]
         tl.store(s_ptr + rows * stride_sm + pid_k * stride_sk, scale, mask=rows < M)
     q = tl.minimum(tl.maximum(q, -FMT_MAX), FMT_MAX)       # saturate: never inf or NaN
@@ -101,8 +102,10 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride
                          TILE_M: tl.constexpr, TILE_K: tl.constexpr):
     """One scale a row: a program owns ``TILE_M`` whole rows, so no other program shares
     their amax. A first loop over K finds it, a second reads the rows again, scales,
-    clamps, casts and stores. The second read is served by L2: the program read the same
-    bytes a moment before (a row of 8,192 bf16 values is 16 KiB; an H100's L2 holds 50 MB).
+    clamps, casts and stores. The second read can come from L2, since the program read the
+    same bytes a moment before; whether it does depends on how many rows are in flight at
+    once (16 KiB a row of 8,192 bf16 values, up to 16 programs an SM). Measured on an H200
+    at 8192 x 8192 bf16: 76 us, against 59 us for 1 x 128 groups, which read once.
     """
     rows = tl.program_id(axis=0) * TILE_M + tl.arange(0, TILE_M)
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
@@ -113,7 +116,7 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride
         inside = (rows < M)[:, None] & (cols < K)[None, :]
         x = tl.load(x_rows + cols[None, :], mask=inside, other=0.0).to(tl.float32)
         amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
-    scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
+    scale = tl.where(amax > 0, tl.math.div_rn(amax, FMT_MAX), 1.0)
     tl.store(s_ptr + rows * stride_sm, scale, mask=rows < M)
     for k in range(0, K, TILE_K):
         cols = k + tl.arange(0, TILE_K)
@@ -163,7 +166,7 @@ def quantize_scaled_kernel(x_ptr, q_ptr, amax_ptr, s_ptr, M, K, stride_xm, strid
     x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :], mask=inside,
                 other=0.0).to(tl.float32)
     amax = tl.load(amax_ptr)
-    scale = tl.where(amax > 0, amax / FMT_MAX, 1.0)
+    scale = tl.where(amax > 0, tl.math.div_rn(amax, FMT_MAX), 1.0)
     if (tl.program_id(axis=0) == 0) & (tl.program_id(axis=1) == 0):
         tl.store(s_ptr, scale)
     q = tl.minimum(tl.maximum(x / scale, -FMT_MAX), FMT_MAX)
@@ -253,7 +256,9 @@ def quantize_delayed(x: torch.Tensor, scale: torch.Tensor, fmt="e4m3"):
     ``DelayedScaling`` keeps a short history of them); ``q = clamp(x / scale)``, so a value
     past ``scale * max`` saturates to the largest number, never inf. ``amax`` is ``x``'s
     own, measured in the same pass, for the history. One read of ``x`` and one write,
-    against :func:`quantize`'s two reads for a fresh per-tensor scale."""
+    against :func:`quantize`'s two reads for a fresh per-tensor scale. The scale's value is
+    not checked (that would wait for the GPU): a scale of 0, negative or NaN gives values
+    that mean nothing."""
     fmt = format_of(fmt)
     check_tensor(x, "x", dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=2,
                  contiguous=False)
