@@ -155,3 +155,15 @@ def test_the_drawn_records_wave_rows_read_their_rows():
             assert f["worst"] == min(r["vs_cublas"] for r in mine)
             assert min(r["vs_cublas"] for r in mine) <= f["ours/cuBLAS"] \
                 <= max(r["vs_cublas"] for r in mine)
+        plans = at_plots.drawn_plan_rows(rec)
+        furthest = sorted(rec.results["rows"], key=lambda r: r["vs_cublas"])[:len(plans)]
+        for plan, r in zip(plans, furthest):
+            assert plan["shape"] == f"{r['M']}x{r['N']}x{r['K']}"
+            kept = r["choice"]["candidates_ms"]
+            assert plan["ours us"] == r["ours_ms"] * 1e3
+            # Every candidate ran on the operands as given or on copies: the two columns'
+            # best is the best the tuner timed, and the plan it kept is that one.
+            timed = [t for t in (plan["best as given"], plan["best on copies"]) if t != "-"]
+            assert min(timed) == min(kept.values()) * 1e3
+            fastest = min(kept, key=kept.get)
+            assert fastest.endswith(r["choice"]["layout"]), (fastest, r["choice"])

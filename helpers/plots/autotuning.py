@@ -324,3 +324,26 @@ def drawn_family_rows(rec) -> list[dict]:
                     "worst": worst["vs_cublas"],
                     "x @ W.T / F.linear": geomean([r["linear_vs_f_linear"] for r in rows])})
     return out
+
+
+def drawn_plan_rows(rec, count: int = 6) -> list[dict]:
+    """The ``count`` drawn rows furthest behind cuBLAS, each with what its candidate plans
+    took as the tuner timed them (``candidates_ms``): the best on the operands as given and
+    the best on copies onto whole lines (copy included; none for rows already on them),
+    beside cuBLAS on padded operands (copy not included) and the plan kept."""
+    def best(candidates: dict, layout: str):
+        times = [ms for name, ms in candidates.items() if name.endswith(layout)]
+        return min(times) * 1e3 if times else "-"
+
+    out = []
+    for row in sorted(rec.results["rows"], key=lambda r: r["vs_cublas"])[:count]:
+        choice = row["choice"]
+        candidates = choice.get("candidates_ms") or {}
+        out.append({"shape": f"{row['M']}x{row['N']}x{row['K']}", "dtype": row["dtype"],
+                    "family": row["family"],
+                    "cuBLAS us": row.get("cublas_padded_ms", row["cublas_ms"]) * 1e3,
+                    "ours us": row["ours_ms"] * 1e3,
+                    "best as given": best(candidates, "as given"),
+                    "best on copies": best(candidates, "whole lines"),
+                    "kept": f"{choice['kernel']}, {choice['layout']}"})
+    return out
